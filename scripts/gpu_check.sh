@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole GPU picture in one call: every `gpu` test of every package, then the benchmarks.
+# Works without nox or an install (the H200 here has neither): run from the repository root.
+#   bash scripts/gpu_check.sh [OUTDIR]
+# Wheels for packages the GPU image lacks (hydra-core, omegaconf, antlr4) may be carried in
+# .whl/; they are installed into /tmp/site first when present.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-benchmarks/results}}
+mkdir -p "$out"
+if compgen -G ".whl/*" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/* && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+src=packages/ds41-cache/src:packages/ds41-indexer/src:packages/ds41-attention/src:packages/ds41-runner/src
+export PYTHONPATH=$src${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET
+status=0
+for pkg in cache indexer attention runner; do
+  echo "=== gpu tests: ds41-$pkg"
+  python3 -m pytest -q -m gpu "packages/ds41-$pkg/tests" -p no:cacheprovider \
+    --junitxml="$out/gpu-tests-$pkg.xml" || status=1
+done
+echo "=== gpu tests: integration"
+python3 -m pytest -q -m gpu tests -p no:cacheprovider || { rc=$?; [ $rc -eq 5 ] || status=1; }
+echo "=== benchmarks"
+python3 benchmarks/run_all.py --out "$out" || status=1
+exit $status
