@@ -5,7 +5,10 @@ gather + decode, the compressor (SPEC section 5) and `sparse_paged_indices` (SPE
 """
 
 from .alloc import empty, poisoned_allocations
+from .allocator import CacheFullError, PageAllocator
 from .backend import Backend, resolve_backend
+from .codec import decode, encode, quantize_dequantize
+from .compressor import Compressor
 from .formats import (
     E2M1_MAX,
     E4M3_MAX,
@@ -17,7 +20,9 @@ from .formats import (
     RowLayout,
     row_layout,
 )
+from .indices import sparse_paged_indices
 from .paged import PagedCache, default_page_stride
+from .rope import RopeConfig, apply_rope, rope_freqs
 
 __all__ = [
     "E2M1_MAX",
@@ -28,11 +33,21 @@ __all__ = [
     "NVFP4_BLOCK",
     "PAGE_ALIGN",
     "Backend",
+    "CacheFullError",
+    "Compressor",
+    "PageAllocator",
     "PagedCache",
+    "RopeConfig",
     "RowLayout",
+    "apply_rope",
+    "decode",
     "default_page_stride",
     "empty",
+    "encode",
     "poisoned_allocations",
+    "quantize_dequantize",
     "resolve_backend",
+    "rope_freqs",
     "row_layout",
+    "sparse_paged_indices",
 ]

@@ -88,13 +88,13 @@ class PagedCache:
     def data_view(self) -> torch.Tensor:
         """uint8 `[num_pages, page_size, data_bytes]` view of the data rows (no copy)."""
         flat = self.storage[:, : self.page_size * self.data_bytes]
-        return flat.unflatten(1, (self.page_size, self.data_bytes))
+        return flat.view(self.num_pages, self.page_size, self.data_bytes)
 
     def scale_view(self) -> torch.Tensor:
         """uint8 `[num_pages, page_size, scale_bytes]` view of the scale rows (no copy)."""
         start = self.page_size * self.data_bytes
         flat = self.storage[:, start : start + self.page_size * self.scale_bytes]
-        return flat.unflatten(1, (self.page_size, self.scale_bytes))
+        return flat.view(self.num_pages, self.page_size, self.scale_bytes)
 
     def check_slots(self, slots: torch.Tensor, name: str = "slots") -> None:
         """Raise unless every entry of `slots` is -1 or in `[0, num_slots)` (host sync)."""

@@ -1,3 +1,4 @@
+# mypy: allow-untyped-defs, allow-incomplete-defs
 """Device-side decode helpers shared by every kernel that reads a ds41 cache format.
 
 Written with integer bit operations only, so they are exact both on the GPU and under the
@@ -45,3 +46,60 @@ def e2m1_to_f32(n):
     normal = (((e + 126) << 23) | (m << 22)).to(tl.float32, bitcast=True)
     mag = tl.where(e == 0, m.to(tl.float32) * 0.5, normal)
     return tl.where((n & 8) != 0, -mag, mag)
+
+
+# ---- quantize side: fp32 -> format codes, integer rounding (exact on GPU and interpreter) ----
+
+
+@triton.jit
+def rne_shift(v, shift):
+    """`v >> shift` rounded to nearest, ties to even (int32 v >= 0, v < 2**30, 1 <= shift <= 30)."""
+    return (v + (1 << (shift - 1)) - 1 + ((v >> shift) & 1)) >> shift
+
+
+@triton.jit
+def f32_to_e4m3(x):
+    """fp32 with |x| <= 448 -> e4m3fn code (int32 0..255), RNE, sign bit kept."""
+    b = x.to(tl.int32, bitcast=True)
+    mag = b & 0x7FFFFFFF
+    fexp = mag >> 23
+    sig = (mag & 0x7FFFFF) | tl.where(fexp > 0, 0x800000, 0)
+    normal = rne_shift(mag, 20) - (120 << 3)
+    # below 2^-6 the codes count multiples of 2^-9: sig >> (141 - fexp), rounded
+    sub = rne_shift(sig, tl.minimum(tl.maximum(141 - fexp, 1), 26))
+    code = tl.where(fexp >= 121, normal, sub)
+    return code | tl.where(b < 0, 0x80, 0)
+
+
+@triton.jit
+def f32_to_e2m1(x):
+    """fp32 -> e2m1 nibble (int32 0..15): RNE, saturating at 6, sign bit kept (also for -0)."""
+    b = x.to(tl.int32, bitcast=True)
+    mag = b & 0x7FFFFFFF
+    fexp = mag >> 23
+    sig = (mag & 0x7FFFFF) | tl.where(fexp > 0, 0x800000, 0)
+    normal = tl.minimum(rne_shift(mag, 22) - (126 << 1), 7)
+    # below 1 the codes count multiples of 0.5: sig >> (149 - fexp), rounded
+    sub = rne_shift(sig, tl.minimum(tl.maximum(149 - fexp, 1), 26))
+    code = tl.where(fexp >= 127, normal, sub)
+    return code | tl.where(b < 0, 8, 0)
+
+
+@triton.jit
+def ceil_log2_f32(q):
+    """ceil(log2(q)) (int32) of a positive normal fp32 `q`, exact (read from its bits)."""
+    b = q.to(tl.int32, bitcast=True)
+    return (b >> 23) - 127 + tl.where((b & 0x7FFFFF) != 0, 1, 0)
+
+
+@triton.jit
+def f32_to_bf16_bits(x):
+    """fp32 -> bf16 bit pattern (int32 0..65535), round to nearest even (finite x)."""
+    b = x.to(tl.int32, bitcast=True)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+
+
+@triton.jit
+def bf16_round_f32(x):
+    """fp32 rounded to the nearest bf16 value (RNE), returned as fp32."""
+    return (f32_to_bf16_bits(x) << 16).to(tl.float32, bitcast=True)

@@ -1,0 +1,129 @@
+"""Write token rows into a paged cache (RoPE + quantize + scatter) and read them back.
+
+`insert` is what every layer calls to store window KV, compressed KV and index keys; `gather`
+decodes rows by slot (tests, debugging, unfused reference paths). Both validate before
+touching the cache: on any error nothing is written.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .alloc import empty
+from .backend import resolve_backend
+from .codec import require_finite
+from .paged import PagedCache
+from .rope import rope_cos_sin
+
+
+def _check_slots(cache: PagedCache, slots: torch.Tensor, n: int | None) -> None:
+    if slots.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"slots must be int32 or int64, got {slots.dtype}")
+    if slots.dim() != 1 or (n is not None and slots.shape[0] != n):
+        want = f"[{n}]" if n is not None else "[N]"
+        raise ValueError(f"slots must be 1-D {want}, got shape {list(slots.shape)}")
+    if slots.device != cache.device:
+        raise ValueError(f"slots is on {slots.device}, the cache on {cache.device}")
+
+
+def _check_insert(
+    cache: PagedCache,
+    x: torch.Tensor,
+    slots: torch.Tensor,
+    positions: torch.Tensor | None,
+    freqs: torch.Tensor | None,
+) -> None:
+    if not isinstance(cache, PagedCache):
+        raise TypeError(f"cache must be a PagedCache, got {type(cache).__name__}")
+    if x.dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"x must be float32 or bfloat16, got {x.dtype}")
+    if x.dim() != 2 or x.shape[1] != cache.dim:
+        raise ValueError(f"x must be [N, {cache.dim}] (the cache's dim), got {list(x.shape)}")
+    if x.device != cache.device:
+        raise ValueError(f"x is on {x.device}, the cache on {cache.device}")
+    _check_slots(cache, slots, x.shape[0])
+    if freqs is None:
+        if positions is not None:
+            raise ValueError("positions were given without freqs; pass freqs to apply RoPE")
+        return
+    if positions is None:
+        raise ValueError("freqs were given without positions; RoPE needs positions [N]")
+    if freqs.dtype != torch.float32 or freqs.dim() != 1 or freqs.numel() == 0:
+        raise TypeError(f"freqs must be 1-D float32 [R/2], got {freqs.dtype} {list(freqs.shape)}")
+    if 2 * freqs.numel() > cache.dim:
+        raise ValueError(f"rope dim R = {2 * freqs.numel()} (from freqs) exceeds dim {cache.dim}")
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"positions must be int32 or int64, got {positions.dtype}")
+    if tuple(positions.shape) != (x.shape[0],):
+        raise ValueError(f"positions must be [{x.shape[0]}], got {list(positions.shape)}")
+    for name, t in (("positions", positions), ("freqs", freqs)):
+        if t.device != cache.device:
+            raise ValueError(f"{name} is on {t.device}, the cache on {cache.device}")
+
+
+def insert(
+    cache: PagedCache,
+    x: torch.Tensor,
+    slots: torch.Tensor,
+    *,
+    positions: torch.Tensor | None = None,
+    freqs: torch.Tensor | None = None,
+    backend: str = "auto",
+    validate: bool = True,
+) -> None:
+    """Quantize rows x: [N, D] bf16|f32 into `cache` at slots: [N] int32|int64 (-1 = skip).
+
+    With freqs: f32 [R/2] (and positions: [N] int), the last R channels are RoPE-rotated at
+    `positions` first (`rope.apply_rope`, result in x.dtype), then quantized. `validate=True`
+    checks slot ranges (IndexError), duplicate slots and finiteness (ValueError) with host
+    syncs; `validate=False` skips those so the call can be captured in a CUDA graph.
+    """
+    _check_insert(cache, x, slots, positions, freqs)
+    if validate:
+        cache.check_slots(slots)
+        live = slots[slots >= 0]
+        if live.numel() != torch.unique(live).numel():
+            raise ValueError("slots must not repeat (apart from -1): two rows would race")
+        require_finite(x[slots >= 0])
+    which = resolve_backend(backend, cache.device)
+    if which == "torch":
+        from .ops.insert import naive
+
+        naive.insert(cache, x, slots, positions, freqs)
+        return
+    from .ops.insert import triton_kernels
+
+    if x.shape[0] == 0:
+        return
+    cos = sin = None
+    if freqs is not None:
+        assert positions is not None
+        cos, sin = rope_cos_sin(positions, freqs)
+    triton_kernels.launch_insert(cache, x.contiguous(), slots.contiguous(), cos, sin)
+
+
+def gather(
+    cache: PagedCache,
+    slots: torch.Tensor,
+    *,
+    backend: str = "auto",
+    validate: bool = True,
+) -> torch.Tensor:
+    """Decode the rows at slots: [N] int32|int64 -> bf16 [N, D]; slot -1 gives zeros."""
+    if not isinstance(cache, PagedCache):
+        raise TypeError(f"cache must be a PagedCache, got {type(cache).__name__}")
+    _check_slots(cache, slots, None)
+    if validate:
+        cache.check_slots(slots)
+    which = resolve_backend(backend, cache.device)
+    out = empty((slots.shape[0], cache.dim), torch.bfloat16, cache.device)
+    if which == "torch":
+        from .ops.insert import naive
+
+        out.copy_(naive.gather(cache, slots))
+        return out
+    from .ops.insert import triton_kernels
+
+    if slots.shape[0]:
+        triton_kernels.launch_gather(cache, slots.contiguous(), out)
+    return out

@@ -1,0 +1,1 @@
+"""Fused RoPE + quantize + paged insert, and paged gather + decode."""

@@ -1,0 +1,130 @@
+"""Rotary position embedding on the last R channels, interleaved pairs (SPEC section 2).
+
+Pair `i` of the rope part is channels `(D - R + 2i, D - R + 2i + 1)`; it rotates by the fp32
+angle `float32(pos) * f_i`. The rotation is written out as real fp32 products and sums
+(`y0 = x0*c - x1*s`, `y1 = x0*s + x1*c`) so the fused Triton insert kernel, which receives the
+same `cos`/`sin` table from `rope_cos_sin`, reproduces it bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """RoPE geometry: `rope_dim` channels (even), `base` (theta); YaRN when `yarn_factor` is set."""
+
+    rope_dim: int
+    base: float
+    yarn_factor: float | None = None
+    yarn_orig: int | None = None
+    beta_fast: float = 32
+    beta_slow: float = 1
+
+    def __post_init__(self) -> None:
+        if self.rope_dim <= 0 or self.rope_dim % 2:
+            raise ValueError(f"rope_dim must be a positive even number, got {self.rope_dim}")
+        if self.base <= 1:
+            raise ValueError(f"base must be > 1, got {self.base}")
+        if (self.yarn_factor is None) != (self.yarn_orig is None):
+            raise ValueError(
+                "yarn_factor and yarn_orig must be given together (YaRN) or not at all"
+            )
+        if self.yarn_factor is not None and self.yarn_factor <= 0:
+            raise ValueError(f"yarn_factor must be positive, got {self.yarn_factor}")
+        if self.yarn_orig is not None and self.yarn_orig <= 0:
+            raise ValueError(f"yarn_orig must be positive, got {self.yarn_orig}")
+
+
+def yarn_correction_range(cfg: RopeConfig) -> tuple[int, int]:
+    """(low, high) pair indices of the YaRN ramp (SPEC section 2)."""
+    assert cfg.yarn_orig is not None
+    r, base, orig = cfg.rope_dim, cfg.base, cfg.yarn_orig
+
+    def corr(rotations: float) -> float:
+        return r * math.log(orig / (2 * math.pi * rotations)) / (2 * math.log(base))
+
+    low = max(math.floor(corr(cfg.beta_fast)), 0)
+    high = min(math.ceil(corr(cfg.beta_slow)), r - 1)
+    return low, high
+
+
+def rope_freqs(cfg: RopeConfig, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Per-pair frequencies f32 [R/2]: `base^(-2i/R)`, YaRN-blended when configured."""
+    r = cfg.rope_dim
+    freqs = 1.0 / (cfg.base ** (torch.arange(0, r, 2, dtype=torch.float32) / r))
+    if cfg.yarn_factor is not None:
+        low, high = yarn_correction_range(cfg)
+        i = torch.arange(r // 2, dtype=torch.float32)
+        ramp = ((i - low) / max(high - low, 1e-3)).clamp(0, 1)
+        freqs = freqs / cfg.yarn_factor * ramp + freqs * (1 - ramp)
+    return freqs.to(device)
+
+
+def _check(x: torch.Tensor, positions: torch.Tensor, freqs: torch.Tensor) -> None:
+    if freqs.dtype != torch.float32 or freqs.dim() != 1 or freqs.numel() == 0:
+        raise TypeError(
+            f"freqs must be a non-empty 1-D float32 [R/2] tensor, got {freqs.dtype} "
+            f"{list(freqs.shape)}"
+        )
+    if positions.dtype not in (torch.int32, torch.int64) or positions.dim() != 1:
+        raise TypeError(
+            f"positions must be 1-D int32/int64 [N], got {positions.dtype} {list(positions.shape)}"
+        )
+    if x.dim() < 2 or x.shape[0] != positions.shape[0]:
+        raise ValueError(
+            f"x must be [N, ..., D] with N = {positions.shape[0]} (positions), got {list(x.shape)}"
+        )
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"x must be a floating tensor, got {x.dtype}")
+    if 2 * freqs.numel() > x.shape[-1]:
+        raise ValueError(
+            f"rope dim R = {2 * freqs.numel()} (from freqs) exceeds x's last dim {x.shape[-1]}"
+        )
+    if positions.device != x.device or freqs.device != x.device:
+        raise ValueError(
+            f"x, positions and freqs must share a device, got {x.device}, {positions.device}, "
+            f"{freqs.device}"
+        )
+
+
+def rope_cos_sin(positions: torch.Tensor, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the fp32 angles `float32(pos) * f_i`: two f32 [N, R/2] tensors."""
+    angle = positions.to(torch.float32)[:, None] * freqs[None, :]
+    return torch.cos(angle), torch.sin(angle)
+
+
+def rotate_pairs(
+    x0: torch.Tensor, x1: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 complex multiply of (x0 + i x1) by (cos + i sin), or by its conjugate."""
+    if inverse:
+        return x0 * cos + x1 * sin, x1 * cos - x0 * sin
+    return x0 * cos - x1 * sin, x0 * sin + x1 * cos
+
+
+def apply_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    freqs: torch.Tensor,
+    *,
+    inverse: bool = False,
+) -> torch.Tensor:
+    """Rotate the last R = 2*len(freqs) channels of x: [N, ..., D] at positions: [N] int.
+
+    freqs: f32 [R/2] from `rope_freqs`. fp32 math, result in x.dtype (a new tensor; the first
+    D - R channels are copied unchanged). `inverse=True` applies the conjugate phasor.
+    """
+    _check(x, positions, freqs)
+    r = 2 * freqs.numel()
+    cos, sin = rope_cos_sin(positions, freqs)
+    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (r // 2,)
+    cos, sin = cos.reshape(shape), sin.reshape(shape)
+    pairs = x[..., x.shape[-1] - r :].to(torch.float32).reshape(*x.shape[:-1], r // 2, 2)
+    y0, y1 = rotate_pairs(pairs[..., 0], pairs[..., 1], cos, sin, inverse)
+    rotated = torch.stack((y0, y1), dim=-1).flatten(-2).to(x.dtype)
+    return torch.cat((x[..., : x.shape[-1] - r], rotated), dim=-1)
