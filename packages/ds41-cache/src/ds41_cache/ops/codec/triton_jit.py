@@ -33,7 +33,8 @@ def e4m3_to_f32(b):
     normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
     sub = m.to(tl.float32) * 0.001953125  # m * 2**-9
     mag = tl.where(e == 0, sub, normal)
-    return tl.where((b & 0x80) != 0, -mag, mag)
+    # The sign goes in as a bit so that -0 (code 0x80) decodes to -0.0 on every backend.
+    return (mag.to(tl.int32, bitcast=True) | ((b & 0x80) << 24)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -45,7 +46,7 @@ def e2m1_to_f32(n):
     # e == 0: subnormal 0 or 0.5; else (1 + m/2) * 2**(e-1)
     normal = (((e + 126) << 23) | (m << 22)).to(tl.float32, bitcast=True)
     mag = tl.where(e == 0, m.to(tl.float32) * 0.5, normal)
-    return tl.where((n & 8) != 0, -mag, mag)
+    return (mag.to(tl.int32, bitcast=True) | ((n & 8) << 28)).to(tl.float32, bitcast=True)
 
 
 # ---- quantize side: fp32 -> format codes, integer rounding (exact on GPU and interpreter) ----

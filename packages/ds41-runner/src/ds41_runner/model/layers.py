@@ -1,0 +1,317 @@
+"""One decoder layer: attention in its role (SPEC sections 1, 3) and a dense SwiGLU MLP."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from ..ops.linear import linear
+from ..ops.norm import rmsnorm
+from .config import LayerPlan, ModelConfig
+from .kv import KVState
+from .weights import LayerWeights
+
+
+@dataclass
+class StepContext:
+    """Per-forward values shared by all layers."""
+
+    req_idx: torch.Tensor  # int32 [T]
+    pos: torch.Tensor  # int32 [T]
+    valid: torch.Tensor  # bool [T]
+    window_slots: torch.Tensor  # int64 [T] (-1 on padding rows)
+    kv: KVState
+    validate: bool
+    published_topk: dict[int, torch.Tensor] = field(default_factory=dict)
+    """Index source layer -> its top-k (int32 [T, index_topk])."""
+    candidates: torch.Tensor | None = None
+    """The candidate source's entry mask (bool [T, N]) once published."""
+    capture: dict[str, Any] | None = None
+
+
+@dataclass
+class Runtime:
+    """How the layers compute: mode, backend and the chosen components."""
+
+    mode: str
+    backend: str
+    attention: Any
+    indexer: Any
+    compressor: Any
+    freqs: dict[int, torch.Tensor]
+    """Compress ratio class (0, or 1 for every ratio > 0) -> RoPE frequencies f32 [R/2]."""
+
+    @property
+    def backend_literal(self) -> Literal["torch", "triton"]:
+        return "triton" if self.backend == "triton" else "torch"
+
+    def lin(self, x: torch.Tensor, w: torch.Tensor, **kw: Any) -> torch.Tensor:
+        return linear(x, w, mode=self.mode, backend=self.backend, **kw)
+
+    def norm(self, x: torch.Tensor, w: torch.Tensor, eps: float, **kw: Any) -> torch.Tensor:
+        return rmsnorm(x, w, eps, backend=self.backend, **kw)
+
+
+def entry_slots(
+    block_table: torch.Tensor, req_idx: torch.Tensor, entry: torch.Tensor, ok: torch.Tensor,
+    page_size: int,
+) -> torch.Tensor:  # fmt: skip
+    """int64 slots `block_table[r][e // ps] * ps + e % ps` where `ok`, else -1 (no host sync)."""
+    r = req_idx.clamp(min=0).to(torch.int64)
+    e = entry.clamp(min=0).to(torch.int64)
+    col = (e // page_size).clamp(max=block_table.shape[1] - 1)
+    page = block_table[r, col].to(torch.int64)
+    slot = page * page_size + e % page_size
+    return torch.where(ok & (page >= 0), slot, torch.full_like(slot, -1))
+
+
+def attention_block(
+    cfg: ModelConfig,
+    plan: LayerPlan,
+    lw: LayerWeights,
+    x: torch.Tensor,
+    ctx: StepContext,
+    rt: Runtime,
+) -> torch.Tensor:
+    """`x: bf16 [T, hidden]` (already normed) -> bf16 `[T, hidden]` attention output."""
+    from ds41_cache.indices import sparse_paged_indices
+    from ds41_cache.insert import insert
+    from ds41_cache.rope import apply_rope
+
+    t = x.shape[0]
+    h, d = cfg.heads, cfg.head_dim
+    eps = cfg.rms_norm_eps
+    kv = ctx.kv
+    layer = plan.layer
+    freqs = rt.freqs[min(plan.ratio, 1)]
+    ps = kv.page_size
+
+    qr = rt.norm(rt.lin(x, lw.wq_a), lw.q_norm, eps)
+    q = rt.lin(qr, lw.wq_b).view(t, h, d)
+    q = apply_rope(q, ctx.pos, freqs)
+    latent_kv = rt.norm(rt.lin(x, lw.wkv), lw.kv_norm, eps)
+    insert(
+        kv.window[layer], latent_kv, ctx.window_slots, positions=ctx.pos, freqs=freqs,
+        validate=ctx.validate,
+    )  # fmt: skip
+
+    m = plan.ratio
+    topk: torch.Tensor | None = None
+    if m > 0:
+        assert plan.kv_source is not None
+        comp_bt = kv.comp_alloc[m].block_table
+        if plan.is_kv_source:
+            _compress(cfg, plan, lw, x, ctx, rt, freqs)
+        if plan.is_index_source:
+            topk = _index_topk(cfg, plan, lw, x, qr, ctx, rt, freqs)
+            ctx.published_topk[layer] = topk
+        else:
+            assert plan.topk_source is not None
+            topk = ctx.published_topk[plan.topk_source]
+        comp_cache = kv.comp[plan.kv_source]
+    else:
+        comp_bt = None
+        comp_cache = None
+
+    swa_slots, swa_lens, comp_slots, comp_lens = sparse_paged_indices(
+        ctx.req_idx, ctx.pos, kv.window_alloc.block_table, cfg.window, kv.replay_start,
+        topk, comp_bt, m, swa_page_size=ps, comp_page_size=ps, backend=rt.backend_literal,
+        validate=ctx.validate,
+    )  # fmt: skip
+    out, lse = rt.attention(
+        q, kv.window[layer], swa_slots, swa_lens, comp_cache, comp_slots, comp_lens,
+        lw.sink, cfg.scale, validate=ctx.validate,
+    )  # fmt: skip
+    if ctx.capture is not None:
+        ctx.capture[f"attn{layer}"] = out
+        ctx.capture[f"lse{layer}"] = lse
+        if topk is not None:
+            ctx.capture[f"topk{layer}"] = topk
+    out = apply_rope(out, ctx.pos, freqs, inverse=True)
+    g = cfg.o_groups
+    grouped = out.reshape(t, g, (h * d) // g)
+    parts = [rt.lin(grouped[:, i], lw.wo_a[i]) for i in range(g)]
+    return rt.lin(torch.cat(parts, dim=1), lw.wo_b)
+
+
+def _compress(
+    cfg: ModelConfig,
+    plan: LayerPlan,
+    lw: LayerWeights,
+    x: torch.Tensor,
+    ctx: StepContext,
+    rt: Runtime,
+    freqs: torch.Tensor,
+) -> None:
+    """Compressor -> latent entries; index keys from the pre-RoPE latent; RoPE at `e*m`,
+    quantize and write the compressed cache (SPEC sections 3, 5, 6)."""
+    from ds41_cache.insert import insert
+
+    kv = ctx.kv
+    m = plan.ratio
+    layer = plan.layer
+    assert lw.wkv_c is not None and lw.c_norm is not None
+    assert lw.wk_idx is not None and lw.k_norm is not None
+    kv_c = rt.lin(x, lw.wkv_c, fp32=True, out_dtype=torch.float32)
+    score = None
+    if m == 2:
+        assert lw.wgate_c is not None
+        score = rt.lin(x, lw.wgate_c, fp32=True, out_dtype=torch.float32)
+    latent, emit, entry = rt.compressor(
+        kv.compressors[layer], kv_c, score, ctx.req_idx, ctx.pos, lw.c_norm, cfg.rms_norm_eps,
+        validate=ctx.validate,
+    )  # fmt: skip
+    slots = entry_slots(kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size)
+    entry_pos = (entry.clamp(min=0) * m).to(torch.int32)
+    k_proj = rt.lin(latent, lw.wk_idx)
+    _write_index_keys(
+        k_proj, lw.k_norm, cfg.rms_norm_eps, entry_pos, freqs, kv.index_keys[layer], slots,
+        rt.backend, ctx.validate,
+    )  # fmt: skip
+    insert(kv.comp[layer], latent, slots, positions=entry_pos, freqs=freqs, validate=ctx.validate)
+    if ctx.capture is not None:
+        ctx.capture[f"latent{layer}"] = latent
+        ctx.capture[f"emit{layer}"] = emit
+
+
+def _write_index_keys(
+    k_proj: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    entry_pos: torch.Tensor,
+    freqs: torch.Tensor,
+    key_cache: Any,
+    slots: torch.Tensor,
+    backend: str,
+    validate: bool,
+) -> None:
+    """ds41_indexer.write_index_keys; while it takes no `validate` keyword, the same two steps
+    (its row RMSNorm, then `ds41_cache.insert`) are composed here so `validate=False` reaches
+    the insert (no host sync under CUDA-graph capture)."""
+    import inspect
+
+    from ds41_indexer import write_index_keys
+
+    if validate or "validate" in inspect.signature(write_index_keys).parameters:
+        kw: dict[str, Any] = {"backend": backend}
+        if not validate:
+            kw["validate"] = False
+        write_index_keys(k_proj, norm_weight, eps, entry_pos, freqs, key_cache, slots, **kw)
+        return
+    from ds41_cache.insert import insert
+    from ds41_indexer import rms_norm_rows
+
+    normed = rms_norm_rows(k_proj, norm_weight, eps)
+    insert(
+        key_cache, normed, slots, positions=entry_pos, freqs=freqs, backend=backend,
+        validate=False,
+    )  # fmt: skip
+
+
+def _index_queries(
+    q_proj: torch.Tensor,
+    pos: torch.Tensor,
+    freqs: torch.Tensor,
+    n_heads: int,
+    rt: Runtime,
+    ctx: StepContext,
+) -> torch.Tensor:
+    """ds41_indexer.prepare_index_queries (RoPE at p, MXFP4 quantize-dequantize); with
+    `validate=False` and no such keyword there, the same steps are composed here with the
+    codec's finiteness check (a host sync) off."""
+    import inspect
+
+    from ds41_indexer import prepare_index_queries
+
+    params = inspect.signature(prepare_index_queries).parameters
+    if ctx.validate or "validate" in params:
+        kw: dict[str, Any] = {"backend": rt.backend}
+        if not ctx.validate:
+            kw["validate"] = False
+        return prepare_index_queries(q_proj, pos, freqs, n_heads, **kw)  # type: ignore[no-any-return]
+    from ds41_cache.codec import quantize_dequantize
+    from ds41_cache.rope import apply_rope
+
+    t = q_proj.shape[0]
+    q = apply_rope(q_proj.to(torch.bfloat16).view(t, n_heads, -1), pos, freqs)
+    return quantize_dequantize("mxfp4", q, backend=rt.backend, check_finite=False)
+
+
+def _index_topk(
+    cfg: ModelConfig,
+    plan: LayerPlan,
+    lw: LayerWeights,
+    x: torch.Tensor,
+    qr: torch.Tensor,
+    ctx: StepContext,
+    rt: Runtime,
+    freqs: torch.Tensor,
+) -> torch.Tensor:
+    """Index queries and head weights, then the indexer's top-k over the kv source's index
+    keys (masked by the published candidates on Reindex layers after the candidate source);
+    the candidate source publishes its candidate-block mask."""
+    from ds41_indexer import head_weights
+
+    kv = ctx.kv
+    m = plan.ratio
+    assert plan.kv_source is not None
+    assert lw.wq_b_idx is not None and lw.weights_proj is not None
+    qi = _index_queries(rt.lin(qr, lw.wq_b_idx), ctx.pos, freqs, cfg.index_heads, rt, ctx)
+    w = head_weights(rt.lin(x, lw.weights_proj, out_dtype=torch.float32), cfg.index_head_dim)
+    key_cache = kv.index_keys[plan.kv_source]
+    block_table = kv.comp_alloc[m].block_table
+    cand = ctx.candidates if plan.masked_by_candidates else None
+    topk: torch.Tensor = rt.indexer(
+        qi, w, key_cache, block_table, ctx.req_idx, ctx.pos, m, cfg.index_topk,
+        candidates=cand, validate=ctx.validate,
+    )  # fmt: skip
+    if plan.candidate_source:
+        ctx.candidates = _candidate_mask(cfg, plan, qi, w, ctx, rt)
+        if ctx.capture is not None:
+            ctx.capture[f"candidates{plan.layer}"] = ctx.candidates
+    return topk
+
+
+def _candidate_mask(
+    cfg: ModelConfig,
+    plan: LayerPlan,
+    qi: torch.Tensor,
+    w: torch.Tensor,
+    ctx: StepContext,
+    rt: Runtime,
+) -> torch.Tensor:
+    """bool [T, N] entry mask of the candidate blocks (SPEC section 6), N = the entries a
+    request can hold at this ratio."""
+    from ds41_indexer import candidate_blocks, index_logits
+
+    kv = ctx.kv
+    m = plan.ratio
+    assert plan.kv_source is not None
+    alloc = kv.comp_alloc[m]
+    logits = index_logits(
+        qi, w, kv.index_keys[plan.kv_source], alloc.block_table, ctx.req_idx, ctx.pos, m,
+        backend=rt.backend, validate=ctx.validate,
+    )  # fmt: skip
+    n_visible = torch.where(ctx.valid, (ctx.pos + 1) // m, torch.zeros_like(ctx.pos)).to(
+        torch.int32
+    )
+    return candidate_blocks(  # type: ignore[no-any-return]
+        logits, n_visible, cfg.candidate_topk_blocks, cfg.candidate_block_size,
+        backend=rt.backend, validate=ctx.validate,
+    )  # fmt: skip
+
+
+def mlp_block(lw: LayerWeights, x: torch.Tensor, rt: Runtime) -> torch.Tensor:
+    """SwiGLU: `w2(silu(w1 x) * w3 x)`, bf16 in and out.
+
+    silu runs in float64 and rounds to fp32: CPU torch evaluates transcendentals with a
+    vectorized body and a scalar tail that can differ in the last fp32 bit, and which elements
+    land in the tail depends on the tensor size (so on the batch); in float64 the two agree
+    after rounding to fp32 (barring a 2^-29-rare double-rounding straddle).
+    """
+    a = rt.lin(x, lw.w1).to(torch.float64)
+    b = rt.lin(x, lw.w3).to(torch.float32)
+    gate = torch.nn.functional.silu(a).to(torch.float32)
+    return rt.lin((gate * b).to(torch.bfloat16), lw.w2)

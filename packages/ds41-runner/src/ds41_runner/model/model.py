@@ -1,0 +1,239 @@
+"""The ds41 model: embedding, decoder layers in their roles, final norm, LM head, log-softmax.
+
+Simplifications against V4.1 (documented, deliberate): a dense SwiGLU MLP instead of MoE and
+plain residuals instead of hyper-connections. The attention stack follows SPEC sections 1-9.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ds41_cache.backend import resolve_backend
+
+from .. import components as comp
+from ..ops.linear import check_mode
+from ..ops.logits import log_softmax
+from .config import ModelConfig
+from .kv import KVState
+from .layers import Runtime, StepContext, attention_block, entry_slots, mlp_block
+from .weights import ModelWeights, init_weights
+
+
+def _rope_tables(cfg: ModelConfig, device: torch.device) -> dict[int, torch.Tensor]:
+    """0: plain `rope_theta` (ratio-0 layers); 1: YaRN `compress_rope_theta` (ratio > 0)."""
+    from ds41_cache.rope import RopeConfig, rope_freqs
+
+    plain = RopeConfig(cfg.rope_dim, cfg.rope_theta)
+    yarn = RopeConfig(
+        cfg.rope_dim,
+        cfg.compress_rope_theta,
+        yarn_factor=cfg.yarn_factor,
+        yarn_orig=cfg.yarn_orig,
+        beta_fast=cfg.yarn_beta_fast,
+        beta_slow=cfg.yarn_beta_slow,
+    )
+    return {0: rope_freqs(plain).to(device), 1: rope_freqs(yarn).to(device)}
+
+
+class Model:
+    """A seeded random ds41 model (see the module doc).
+
+    `mode="bi"`: every op batch invariant (and every component must declare
+    `batch_invariant = True` in its own class); `mode="fast"`: torch matmuls, split-KV
+    attention and bf16 indexer logits where available.
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        *,
+        mode: str = "bi",
+        backend: str = "auto",
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        attention_impl: Any = None,
+        indexer_impl: Any = None,
+        compressor_impl: Any = None,
+    ) -> None:
+        check_mode(mode)
+        cfg.validate()
+        self.cfg = cfg
+        self.mode = mode
+        self.device = torch.device(device)
+        self.backend = resolve_backend(backend, self.device)
+        self.plans = cfg.plans
+        on_triton = self.backend == "triton"
+        if attention_impl is None:
+            if mode == "bi":
+                attention_impl = "triton_invariant" if on_triton else "torch"
+            else:
+                attention_impl = "triton_split_kv" if on_triton else "torch"
+        if indexer_impl is None:
+            indexer_impl = "fp32_fused" if mode == "bi" else "bf16"
+        if compressor_impl is None:
+            compressor_impl = "ring"
+        parts = {
+            "attention_impl": comp.make_component(
+                "attention_impl", attention_impl, comp.ATTENTION_IMPLS
+            ),
+            "indexer_impl": comp.make_component("indexer_impl", indexer_impl, comp.INDEXER_IMPLS),
+            "compressor_impl": comp.make_component(
+                "compressor_impl", compressor_impl, comp.COMPRESSOR_IMPLS
+            ),
+        }
+        if mode == "bi":
+            bad = [
+                f"{k}={type(v).__name__}"
+                for k, v in parts.items()
+                if not comp.declares_batch_invariant(v)
+            ]
+            if bad:
+                raise ValueError(
+                    "mode='bi' needs components whose own class declares batch_invariant = "
+                    f"True; these do not: {', '.join(bad)}"
+                )
+        self.seed = cfg.init_seed if seed is None else int(seed)
+        self.attention_impl = parts["attention_impl"]
+        self.indexer_impl = parts["indexer_impl"]
+        self.compressor_impl = parts["compressor_impl"]
+        self.weights: ModelWeights = init_weights(cfg, self.device, seed=self.seed)
+        self.runtime = Runtime(
+            mode=mode,
+            backend=self.backend,
+            attention=self.attention_impl,
+            indexer=self.indexer_impl,
+            compressor=self.compressor_impl,
+            freqs=_rope_tables(cfg, self.device),
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg.vocab_size
+
+    def make_kv(self, **kw: Any) -> KVState:
+        """A `KVState` for this model on its device (keywords as `KVState`)."""
+        kw.setdefault("device", self.device)
+        return KVState(self.cfg, **kw)
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        req_idx: torch.Tensor,
+        pos: torch.Tensor,
+        kv: KVState,
+        *,
+        validate: bool = True,
+        capture: dict[str, Any] | None = None,
+    ) -> torch.Tensor:
+        """`tokens: int64 [T]`, `req_idx: int32 [T]` (-1 = padding), `pos: int32 [T]` ->
+        log-probabilities f32 `[T, V]`.
+
+        Rows of a request have consecutive ascending positions; the caches hold all earlier
+        positions and `kv.reserve` covered these. Padding rows write nothing (their output
+        is unspecified). `validate=False` skips every check that syncs with the host.
+        `capture`, when a dict, receives per-layer intermediates (`attn{l}`, `lse{l}`,
+        `topk{l}`, `latent{l}`, `emit{l}`, `candidates{l}`) for tests.
+        """
+        self._check_inputs(tokens, req_idx, pos, kv, validate)
+        cfg, w, rt = self.cfg, self.weights, self.runtime
+        valid = req_idx >= 0
+        win_slots = entry_slots(kv.window_alloc.block_table, req_idx, pos, valid, kv.page_size)
+        ctx = StepContext(req_idx, pos, valid, win_slots, kv, validate, capture=capture)
+        tok = torch.where(valid, tokens, torch.zeros_like(tokens)).clamp(0, cfg.vocab_size - 1)
+        x = w.embed[tok]
+        eps = cfg.rms_norm_eps
+        for plan, lw in zip(self.plans, w.layers, strict=True):
+            h = rt.norm(x, lw.attn_norm, eps)
+            x = x + attention_block(cfg, plan, lw, h, ctx, rt)
+            x = x + mlp_block(lw, rt.norm(x, lw.mlp_norm, eps), rt)
+            if capture is not None:
+                capture[f"hidden{plan.layer}"] = x
+        h = rt.norm(x, w.final_norm, eps)
+        logits = rt.lin(h, w.lm_head, out_dtype=torch.float32)
+        return log_softmax(logits, backend=self.backend)
+
+    __call__ = forward
+
+    def _check_inputs(
+        self,
+        tokens: torch.Tensor,
+        req_idx: torch.Tensor,
+        pos: torch.Tensor,
+        kv: KVState,
+        validate: bool,
+    ) -> None:
+        if not isinstance(kv, KVState):
+            raise TypeError(f"kv must be a KVState, got {type(kv).__name__}")
+        if kv.cfg is not self.cfg and _geometry(kv.cfg) != _geometry(self.cfg):
+            raise ValueError("kv was built for a ModelConfig of another geometry")
+        if kv.device != self.device:
+            raise ValueError(f"kv is on {kv.device}, the model on {self.device}")
+        if tokens.dim() != 1 or tokens.dtype != torch.int64:
+            raise TypeError(f"tokens must be int64 [T], got {tokens.dtype} {list(tokens.shape)}")
+        t = tokens.shape[0]
+        for name, x in (("req_idx", req_idx), ("pos", pos)):
+            if x.dtype != torch.int32 or tuple(x.shape) != (t,):
+                raise TypeError(f"{name} must be int32 [{t}], got {x.dtype} {list(x.shape)}")
+        for name, x in (("tokens", tokens), ("req_idx", req_idx), ("pos", pos)):
+            if x.device != self.device:
+                raise ValueError(f"{name} is on {x.device}, the model on {self.device}")
+        if not validate or t == 0:
+            return
+        r = req_idx.cpu().tolist()
+        p = pos.cpu().tolist()
+        tk = tokens.cpu().tolist()
+        last: dict[int, int] = {}
+        for i in range(t):
+            if r[i] == -1:
+                continue
+            if not 0 <= r[i] < kv.max_requests:
+                raise IndexError(
+                    f"req_idx[{i}] must be -1 or in [0, {kv.max_requests}), got {r[i]}"
+                )
+            if not 0 <= tk[i] < self.cfg.vocab_size:
+                raise ValueError(
+                    f"tokens[{i}] (request {r[i]}) must lie in [0, {self.cfg.vocab_size}), "
+                    f"got {tk[i]}"
+                )
+            if not 0 <= p[i] < kv.max_tokens_per_request:
+                raise ValueError(
+                    f"pos[{i}] (request {r[i]}) must lie in [0, {kv.max_tokens_per_request}), "
+                    f"got {p[i]}"
+                )
+            if r[i] in last and p[i] != last[r[i]] + 1:
+                raise ValueError(
+                    f"rows of request {r[i]} must have consecutive ascending positions; "
+                    f"pos[{i}] = {p[i]} follows {last[r[i]]}"
+                )
+            last[r[i]] = p[i]
+        self._check_pages(kv, r, p)
+
+    def _check_pages(self, kv: KVState, r: list[int], p: list[int]) -> None:
+        ps = kv.page_size
+        win = kv.window_alloc.block_table.cpu()
+        comp_bt = {m: a.block_table.cpu() for m, a in kv.comp_alloc.items()}
+        for req, pp in zip(r, p, strict=True):
+            if req < 0:
+                continue
+            if int(win[req, pp // ps]) < 0:
+                raise ValueError(
+                    f"request {req} has no window page for position {pp}: call "
+                    f"kv.reserve({req}, {pp + 1}) first"
+                )
+            for m, bt in comp_bt.items():
+                n = (pp + 1) // m
+                if n and int(bt[req, (n - 1) // ps]) < 0:
+                    raise ValueError(
+                        f"request {req} has no ratio-{m} compressed page for position {pp}: "
+                        f"call kv.reserve({req}, {pp + 1}) first"
+                    )
+
+
+def _geometry(cfg: ModelConfig) -> dict[str, Any]:
+    fields = cfg.to_dict()
+    fields.pop("init_seed")
+    fields.pop("init_std")
+    return fields

@@ -1,0 +1,131 @@
+"""Seeded random weights, scaled so activations stay O(1) through every layer.
+
+Linear weights are `N(0, 1) * init_std / sqrt(fan_in)`; the two projections that feed the
+residual stream (`wo_b`, `w2`) are further scaled by `1 / sqrt(2 * n_layers)` so the residual
+grows slowly. Norm weights are `1 + 0.1 * N(0, 1)` (not all ones, so a swapped or missing
+norm weight changes the output). Everything is drawn on the CPU from one generator seeded with
+`init_seed`, in a fixed order, then moved to the device: the same seed gives the same model on
+every device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import LayerPlan, ModelConfig
+
+
+@dataclass
+class LayerWeights:
+    """One layer's tensors (bf16 unless noted)."""
+
+    attn_norm: torch.Tensor  # [hidden]
+    wq_a: torch.Tensor  # [q_lora, hidden]
+    q_norm: torch.Tensor  # [q_lora]
+    wq_b: torch.Tensor  # [H * D, q_lora]
+    wkv: torch.Tensor  # [D, hidden]
+    kv_norm: torch.Tensor  # [D]
+    sink: torch.Tensor  # f32 [H]
+    wo_a: torch.Tensor  # [G, o_lora, H * D / G]
+    wo_b: torch.Tensor  # [hidden, G * o_lora]
+    mlp_norm: torch.Tensor  # [hidden]
+    w1: torch.Tensor  # [mlp_hidden, hidden]
+    w3: torch.Tensor  # [mlp_hidden, hidden]
+    w2: torch.Tensor  # [hidden, mlp_hidden]
+    # kv sources (ratio > 0): compressor and index-key projections
+    wkv_c: torch.Tensor | None = None  # [D, hidden]
+    wgate_c: torch.Tensor | None = None  # [D, hidden] (ratio 2 only)
+    c_norm: torch.Tensor | None = None  # [D]
+    wk_idx: torch.Tensor | None = None  # [Di, D]
+    k_norm: torch.Tensor | None = None  # [Di]
+    # index sources: index queries and head weights
+    wq_b_idx: torch.Tensor | None = None  # [Hi * Di, q_lora]
+    weights_proj: torch.Tensor | None = None  # [Hi, hidden]
+
+
+@dataclass
+class ModelWeights:
+    embed: torch.Tensor  # [V, hidden]
+    final_norm: torch.Tensor  # [hidden]
+    lm_head: torch.Tensor  # [V, hidden]
+    layers: list[LayerWeights] = field(default_factory=list)
+
+    def num_parameters(self) -> int:
+        n = self.embed.numel() + self.final_norm.numel() + self.lm_head.numel()
+        for lw in self.layers:
+            for v in vars(lw).values():
+                if isinstance(v, torch.Tensor):
+                    n += v.numel()
+        return n
+
+
+class _Init:
+    def __init__(
+        self, cfg: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int
+    ) -> None:
+        self.gen = torch.Generator(device="cpu").manual_seed(seed)
+        self.std = cfg.init_std
+        self.device = device
+        self.dtype = dtype
+
+    def randn(self, *shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=self.gen, dtype=torch.float32)
+
+    def linear(self, *shape: int, extra: float = 1.0) -> torch.Tensor:
+        w = self.randn(*shape) * (self.std * extra / math.sqrt(shape[-1]))
+        return w.to(self.device, self.dtype)
+
+    def norm(self, n: int) -> torch.Tensor:
+        return (1.0 + 0.1 * self.randn(n)).to(self.device, self.dtype)
+
+
+def init_weights(
+    cfg: ModelConfig,
+    device: torch.device,
+    dtype: torch.dtype = torch.bfloat16,
+    *,
+    seed: int | None = None,
+) -> ModelWeights:
+    """Deterministic weights for `cfg` (see the module doc); `seed` overrides `init_seed`."""
+    plans = cfg.plans
+    g = _Init(cfg, device, dtype, cfg.init_seed if seed is None else seed)
+    hd = cfg.heads * cfg.head_dim
+    resid = 1.0 / math.sqrt(2 * cfg.n_layers)
+    embed = g.randn(cfg.vocab_size, cfg.hidden).to(device, dtype)
+    layers = [_layer(cfg, p, g, hd, resid) for p in plans]
+    final_norm = g.norm(cfg.hidden)
+    lm_head = g.linear(cfg.vocab_size, cfg.hidden)
+    return ModelWeights(embed, final_norm, lm_head, layers)
+
+
+def _layer(cfg: ModelConfig, p: LayerPlan, g: _Init, hd: int, resid: float) -> LayerWeights:
+    d = cfg.head_dim
+    lw = LayerWeights(
+        attn_norm=g.norm(cfg.hidden),
+        wq_a=g.linear(cfg.q_lora_rank, cfg.hidden),
+        q_norm=g.norm(cfg.q_lora_rank),
+        wq_b=g.linear(hd, cfg.q_lora_rank),
+        wkv=g.linear(d, cfg.hidden),
+        kv_norm=g.norm(d),
+        sink=g.randn(cfg.heads).to(g.device, torch.float32),
+        wo_a=g.linear(cfg.o_groups, cfg.o_lora_rank, hd // cfg.o_groups),
+        wo_b=g.linear(cfg.hidden, cfg.o_groups * cfg.o_lora_rank, extra=resid),
+        mlp_norm=g.norm(cfg.hidden),
+        w1=g.linear(cfg.mlp_hidden, cfg.hidden),
+        w3=g.linear(cfg.mlp_hidden, cfg.hidden),
+        w2=g.linear(cfg.hidden, cfg.mlp_hidden, extra=resid),
+    )
+    if p.is_kv_source:
+        lw.wkv_c = g.linear(d, cfg.hidden)
+        if p.ratio == 2:
+            lw.wgate_c = g.linear(d, cfg.hidden)
+        lw.c_norm = g.norm(d)
+        lw.wk_idx = g.linear(cfg.index_head_dim, d)
+        lw.k_norm = g.norm(cfg.index_head_dim)
+    if p.is_index_source:
+        lw.wq_b_idx = g.linear(cfg.index_heads * cfg.index_head_dim, cfg.q_lora_rank)
+        lw.weights_proj = g.linear(cfg.index_heads, cfg.hidden)
+    return lw

@@ -1,0 +1,44 @@
+"""Torch paths of the row-wise ops: every row reduced in a fixed order that depends on the row
+length alone (elementwise ops only), so a row's bits never depend on the row count."""
+
+from __future__ import annotations
+
+import torch
+
+
+def row_sum(x: torch.Tensor) -> torch.Tensor:
+    """`x: f32 [M, N]` -> `[M, 1]`: each row summed in a fixed pairwise order.
+
+    The row is zero-padded to a power of two (adding zeros is exact), then halves are added
+    elementwise until one column is left: the order depends on N alone, never on M, and uses
+    only elementwise ops (no library reduction whose blocking could follow the shape).
+    """
+    n = x.shape[-1]
+    width = 1 << max(0, (n - 1).bit_length())
+    if width != n:
+        x = torch.nn.functional.pad(x, (0, width - n))
+    while width > 1:
+        width //= 2
+        x = x[:, :width] + x[:, width : 2 * width]
+    return x
+
+
+def rmsnorm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """fp32 `x * rsqrt(sum(x^2) / D + eps) * w` (the CPU path; fixed-order row sums)."""
+    x32 = x.to(torch.float32)
+    ms = row_sum(x32 * x32) / x32.shape[-1]
+    # 1 / sqrt: both correctly rounded, so a row's factor is the same bits whether torch
+    # evaluates it in a vector lane or in the scalar tail (which depends on the row count).
+    inv = 1.0 / torch.sqrt(ms + eps)
+    return x32 * inv * weight.to(torch.float32)
+
+
+def log_softmax_torch(x: torch.Tensor) -> torch.Tensor:
+    """`x: f32 [M, V]` -> `x - (max + log(sum(exp(x - max))))`, fixed-order row sums.
+
+    exp/log run in float64 and round to fp32, so the bits do not hinge on whether torch
+    evaluates an element in a vector lane or a scalar tail.
+    """
+    m = x.amax(dim=-1, keepdim=True)
+    s = row_sum(torch.exp((x - m).to(torch.float64)).to(torch.float32))
+    return x - (m + torch.log(s.to(torch.float64)).to(torch.float32))
