@@ -1,0 +1,21 @@
+import json
+
+from ds41_runner import bench
+
+
+def test_bench_smoke_writes_results(tmp_path):
+    out = tmp_path / "runner.json"
+    md = tmp_path / "runner.md"
+    assert bench.main(["--smoke", "--json", str(out), "--markdown", str(md)]) == 0
+    data = json.loads(out.read_text())
+    points = data["points"]
+    # every (kv_dtype, mode) pair measured at both batch sizes, eager only on the CPU
+    assert {(p["kv_dtype"], p["mode"], p["batch"]) for p in points} == {
+        (k, m, b) for k in ("nvfp4_ds_mla", "fp8_ds_mla") for m in ("bi", "fast") for b in (1, 2)
+    }
+    assert all(p["step_ms_median"] > 0 and p["prefill_tok_s"] > 0 for p in points)
+    # nvfp4 compressed entries are smaller than mxfp8 ones
+    per_tok = {p["kv_dtype"]: p["cache_bytes_per_token"] for p in points}
+    assert per_tok["nvfp4_ds_mla"] < per_tok["fp8_ds_mla"]
+    assert len(data["ratios"]) == 4
+    assert "BI / fast" in md.read_text()
