@@ -1,0 +1,374 @@
+"""Benchmark: `python -m ds41_attention.bench [--json PATH] [--plot PATH] [--smoke] [--sweep]`.
+
+V4.1-Flash geometry (H=64, D=512, W=128 MXFP8 window + K=512 NVFP4 compressed entries per
+row), T in {1, 8, 64, 256, 1024, 4096}. Three paths: the batch-invariant kernel, the fast
+split-KV kernel, and a torch baseline (gather + decode + dense softmax). Times are CUDA-event
+medians (host clock medians in `--smoke`, the CPU mode on the tiny geometry). Targets from the
+task (reported, never asserted): invariant >= 200 TFLOP/s at T >= 1024, invariant/fast <= 1.15
+at T >= 256, T = 1 under 25 us.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from ds41_cache import PagedCache
+from ds41_cache.backend import interpreter_active
+
+from .ops.sparse_attention.naive import reference_sparse_attention
+from .ops.sparse_attention.records import gather_decode
+from .sparse_attention import sparse_attention
+
+FLOOR_NS_PER_ROW = 106.0
+"""SPEC section 10: tensor-core floor per decode row and layer on the H200."""
+FLASH_ROWS = (1, 8, 64, 256, 1024, 4096)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    heads: int
+    dim: int
+    window: int
+    topk: int
+    page_size: int
+    comp_fmt: str
+
+    @property
+    def flop_per_row(self) -> float:
+        # QK and PV over every window and compressed entry
+        return 4.0 * self.heads * self.dim * (self.window + self.topk)
+
+    @property
+    def kv_bytes_per_row(self) -> float:
+        w = self.dim + self.dim // 32
+        c = {"nvfp4": self.dim // 2 + self.dim // 16, "mxfp8": w, "bf16": 2 * self.dim}
+        return float(self.window * w + self.topk * c[self.comp_fmt])
+
+
+FLASH = Geometry(heads=64, dim=512, window=128, topk=512, page_size=64, comp_fmt="nvfp4")
+TINY = Geometry(heads=4, dim=64, window=8, topk=16, page_size=16, comp_fmt="nvfp4")
+
+
+def _fill_cache(cache: PagedCache, gen: torch.Generator) -> None:
+    """Random valid records: e4m3 codes without NaN, moderate scales."""
+    dev = cache.device
+    data = cache.data_view()
+    scales = cache.scale_view()
+    raw = torch.randint(0, 256, data.shape, generator=gen, dtype=torch.int32, device="cpu")
+    if cache.fmt == "mxfp8":
+        raw = torch.where((raw & 0x7F) == 0x7F, raw - 1, raw)
+        data.copy_(raw.to(torch.uint8).to(dev))
+        sb = torch.randint(118, 123, scales.shape, generator=gen, device="cpu")
+    else:
+        data.copy_(raw.to(torch.uint8).to(dev))
+        sb = torch.randint(0x10, 0x48, scales.shape, generator=gen, device="cpu")
+    scales.copy_(sb.to(torch.uint8).to(dev))
+
+
+@dataclass
+class Problem:
+    q: torch.Tensor
+    window: PagedCache
+    swa_slots: torch.Tensor
+    swa_lens: torch.Tensor
+    comp: PagedCache
+    comp_slots: torch.Tensor
+    comp_lens: torch.Tensor
+    sink: torch.Tensor
+    scale: float
+
+    def args(self) -> tuple[Any, ...]:
+        return (
+            self.q,
+            self.window,
+            self.swa_slots,
+            self.swa_lens,
+            self.comp,
+            self.comp_slots,
+            self.comp_lens,
+            self.sink,
+            self.scale,
+        )
+
+
+def make_problem(geo: Geometry, rows: int, device: torch.device, seed: int = 0) -> Problem:
+    """Full rows (every window and compressed entry valid), distinct windows per row."""
+    gen = torch.Generator().manual_seed(seed)
+    wslots = rows * geo.window
+    window = PagedCache.allocate(
+        "mxfp8", geo.dim, geo.page_size, -(-wslots // geo.page_size), device=device
+    )
+    cslots = max(4 * geo.topk, 131072 if device.type == "cuda" else 0)
+    comp = PagedCache.allocate(
+        geo.comp_fmt, geo.dim, geo.page_size, -(-cslots // geo.page_size), device=device
+    )
+    _fill_cache(window, gen)
+    _fill_cache(comp, gen)
+    swa = torch.arange(wslots, dtype=torch.int32).view(rows, geo.window)
+    cs = torch.randint(0, comp.num_slots, (rows, geo.topk), generator=gen).sort(dim=1).values
+    q = torch.randn(rows, geo.heads, geo.dim, generator=gen).to(torch.bfloat16)
+    sink = torch.randn(geo.heads, generator=gen)
+    return Problem(
+        q.to(device),
+        window,
+        swa.to(device),
+        torch.full((rows,), geo.window, dtype=torch.int32, device=device),
+        comp,
+        cs.to(torch.int32).to(device),
+        torch.full((rows,), geo.topk, dtype=torch.int32, device=device),
+        sink.to(device),
+        geo.dim**-0.5,
+    )
+
+
+def torch_dense(p: Problem) -> tuple[torch.Tensor, torch.Tensor]:
+    """Baseline: gather + decode every entry to bf16, dense bf16 GEMMs, fp32 softmax."""
+    t, _h, d = p.q.shape
+    kv = torch.cat(
+        [
+            gather_decode(p.window, p.swa_slots).view(t, -1, d),
+            gather_decode(p.comp, p.comp_slots).view(t, -1, d),
+        ],
+        dim=1,
+    )
+    s = torch.bmm(p.q, kv.transpose(1, 2)).float() * p.scale
+    n = torch.arange(kv.shape[1], device=kv.device)
+    w = p.swa_slots.shape[1]
+    valid = torch.where(n < w, n[None] < p.swa_lens[:, None], (n[None] - w) < p.comp_lens[:, None])
+    valid &= torch.cat([p.swa_slots, p.comp_slots], dim=1) >= 0
+    s = s.masked_fill(~valid[:, None, :], -math.inf)
+    m = s.amax(-1, keepdim=True)
+    e = torch.exp(s - m)
+    l = e.sum(-1, keepdim=True)
+    o = torch.bmm((e / (l + torch.exp(p.sink[None, :, None] - m))).to(torch.bfloat16), kv)
+    return o, (m + torch.log(l)).squeeze(-1)
+
+
+def time_fn(fn: Callable[[], Any], device: torch.device, reps: int) -> float:
+    """Median seconds of `fn` (CUDA events on the GPU, host clock on the CPU)."""
+    fn()
+    times = []
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        for _ in range(reps):
+            a = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            b = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e-3)
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return float(statistics.median(times))
+
+
+def time_graph(fn: Callable[[], Any], device: torch.device, reps: int) -> float | None:
+    """Median seconds of a CUDA-graph replay of `fn` (None off the GPU)."""
+    if device.type != "cuda":
+        return None
+    s = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return time_fn(g.replay, device, reps)
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).norm() / ref.norm().clamp(min=1e-30))
+
+
+def run(
+    geo: Geometry, rows_list: tuple[int, ...], device: torch.device, reps: int, smoke: bool
+) -> list[dict[str, Any]]:
+    results = []
+    # Without a GPU the kernels need the interpreter; lacking that, smoke mode times torch.
+    triton_backend = "triton" if device.type == "cuda" or interpreter_active() else "torch"
+    for rows in rows_list:
+        p = make_problem(geo, rows, device, seed=rows)
+        inv = functools.partial(
+            sparse_attention,
+            *p.args(),
+            batch_invariant=True,
+            backend=triton_backend,
+            validate=False,
+        )
+        fast = functools.partial(
+            sparse_attention,
+            *p.args(),
+            batch_invariant=False,
+            backend=triton_backend,
+            validate=False,
+        )
+        dense = functools.partial(torch_dense, p)
+        # correctness on a few rows against the float64 reference
+        sub = min(rows, 16)
+        ref, _ = reference_sparse_attention(
+            p.q[:sub],
+            p.window,
+            p.swa_slots[:sub],
+            p.swa_lens[:sub],
+            p.comp,
+            p.comp_slots[:sub],
+            p.comp_lens[:sub],
+            p.sink,
+            p.scale,
+        )
+        errs = {
+            name: _rel_err(f()[0][:sub], ref)
+            for name, f in (("invariant", inv), ("fast", fast), ("torch", dense))
+        }
+        r = max(1, reps // 10) if rows >= 1024 else reps
+        row: dict[str, Any] = {"T": rows}
+        for name, f in (("invariant", inv), ("fast", fast), ("torch", dense)):
+            sec = time_fn(f, device, r if name != "torch" else max(1, r // 4))
+            row[f"{name}_us"] = sec * 1e6
+            row[f"{name}_tflops"] = geo.flop_per_row * rows / sec / 1e12
+            row[f"{name}_gbs"] = geo.kv_bytes_per_row * rows / sec / 1e9
+            row[f"{name}_relerr"] = errs[name]
+        g = time_graph(inv, device, r)
+        row["invariant_graph_us"] = None if g is None else g * 1e6
+        row["invariant_ns_per_row"] = row["invariant_us"] * 1e3 / rows
+        row["floor_ratio"] = row["invariant_ns_per_row"] / FLOOR_NS_PER_ROW
+        row["inv_over_fast"] = row["invariant_us"] / row["fast_us"]
+        results.append(row)
+        del p
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return results
+
+
+def sweep(
+    geo: Geometry,
+    device: torch.device,
+    rows_list: tuple[int, ...],
+    reps: int,
+    configs: list[tuple[int, ...]],
+) -> list[dict[str, Any]]:
+    """Time invariant-kernel tile configs (block_h, block_n, warps, stages) at fixed T."""
+    from .ops.sparse_attention.launch import KernelConfig, launch_sparse_attention
+
+    out = []
+    for rows in rows_list:
+        p = make_problem(geo, rows, device, seed=rows)
+        base, _ = launch_sparse_attention(*p.args())
+        for c in configs:
+            cfg = KernelConfig(*c)
+            f = functools.partial(launch_sparse_attention, *p.args(), config=cfg)
+            try:
+                o, _ = f()
+                err = float((o.float() - base.float()).abs().max())
+                g = time_graph(f, device, reps) if rows <= 256 else None
+                sec = g if g is not None else time_fn(f, device, reps)
+                out.append(
+                    {
+                        "T": rows,
+                        "config": list(c),
+                        "us": sec * 1e6,
+                        "tflops": geo.flop_per_row * rows / sec / 1e12,
+                        "maxdiff": err,
+                    }
+                )
+            except Exception as e:  # report and keep sweeping
+                out.append({"T": rows, "config": list(c), "error": repr(e)[:200]})
+            print(out[-1], flush=True)
+    return out
+
+
+def _plot(results: list[dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ts = [r["T"] for r in results]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in ("invariant", "fast", "torch"):
+        ax.plot(ts, [r[f"{name}_tflops"] for r in results], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("rows T")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title("ds41 sparse attention (H=64, D=512, W=128 mxfp8 + K=512 nvfp4)")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def _table(results: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'T':>5} {'inv us':>9} {'inv TF/s':>8} {'fast us':>9} {'fast TF/s':>9} "
+        f"{'torch us':>10} {'inv/fast':>8} {'ns/row':>8} {'x floor':>7} {'graph us':>8} "
+        f"{'err inv':>8}"
+    )
+    lines = [head]
+    for r in results:
+        g = r["invariant_graph_us"]
+        lines.append(
+            f"{r['T']:>5} {r['invariant_us']:>9.1f} {r['invariant_tflops']:>8.1f} "
+            f"{r['fast_us']:>9.1f} {r['fast_tflops']:>9.1f} {r['torch_us']:>10.1f} "
+            f"{r['inv_over_fast']:>8.2f} {r['invariant_ns_per_row']:>8.1f} "
+            f"{r['floor_ratio']:>7.2f} {'-' if g is None else f'{g:.1f}':>8} "
+            f"{r['invariant_relerr']:>8.1e}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", help="write results as JSON to this path")
+    ap.add_argument("--plot", help="write a PNG of TFLOP/s vs T to this path")
+    ap.add_argument("--smoke", action="store_true", help="tiny geometry on the CPU")
+    ap.add_argument("--rows", help="comma-separated T values")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--sweep", action="store_true", help="also time tile configs")
+    ap.add_argument(
+        "--configs",
+        default="64,32,8,1;64,64,8,1;64,64,8,2;64,128,8,1;32,64,4,1",
+        help="sweep configs: block_h,block_n,num_warps,num_stages;...",
+    )
+    a = ap.parse_args(argv)
+    rows: tuple[int, ...]
+    if a.smoke:
+        geo, device, rows, reps = TINY, torch.device("cpu"), (1, 4), 2
+    else:
+        if not torch.cuda.is_available():
+            raise SystemExit("the benchmark needs a CUDA device; use --smoke on the CPU")
+        geo, device, rows, reps = FLASH, torch.device("cuda"), FLASH_ROWS, a.reps
+    if a.rows:
+        rows = tuple(int(x) for x in a.rows.split(","))
+    results = run(geo, rows, device, reps, a.smoke)
+    payload: dict[str, Any] = {"geometry": asdict(geo), "results": results}
+    if a.sweep and not a.smoke:
+        cfgs = [tuple(int(v) for v in c.split(",")) for c in a.configs.split(";")]
+        payload["sweep"] = sweep(geo, device, (1, 4096), max(5, reps // 5), cfgs)
+    if device.type == "cuda":
+        payload["device"] = torch.cuda.get_device_name(device)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(payload, f, indent=1)
+    if a.plot:
+        _plot(results, a.plot)
+    print(_table(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

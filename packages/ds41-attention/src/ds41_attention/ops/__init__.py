@@ -1,0 +1,1 @@
+"""Kernels paired with their torch references: one folder per op (naive + triton_kernels)."""
