@@ -11,7 +11,6 @@ Plus one `ds41_cache.Compressor` (per-request fp32 ring) per kv-source layer wit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -26,32 +25,6 @@ KV_DTYPES: tuple[str, ...] = ("bf16", "fp8_ds_mla", "nvfp4_ds_mla")
 WINDOW_FORMAT = {"bf16": "bf16", "fp8_ds_mla": "mxfp8", "nvfp4_ds_mla": "mxfp8"}
 COMPRESSED_FORMAT = {"bf16": "bf16", "fp8_ds_mla": "mxfp8", "nvfp4_ds_mla": "nvfp4"}
 INDEX_KEY_FORMAT = "mxfp4"
-
-
-class _Allocator(PageAllocator):
-    """PageAllocator that can also attach a page list with holes (-1 entries).
-
-    A prefix hit needs only the last window's pages; earlier logical pages stay empty.
-    """
-
-    def attach_with_holes(self, req: int, pages: Sequence[int]) -> None:
-        req = self._check_req(req, "req")
-        if self._extent[req]:
-            raise ValueError(f"request {req} must be empty to receive shared pages")
-        held = [p for p in pages if p != NO_PAGE]
-        for page in held:
-            if self._refcount[self._check_page(page)] == 0:
-                raise ValueError(f"page {page} is free; only held pages can be shared")
-        for i, page in enumerate(pages):
-            if page != NO_PAGE:
-                self._refcount[page] += 1
-                self._host[req, i] = page
-        self._extent[req] = len(pages)
-        self._active[req] = True
-        self._sync_row(req)
-
-    def pages_needed(self, req: int, num_tokens: int) -> int:
-        return max(0, -(-num_tokens // self.page_size) - self._extent[req])
 
 
 @dataclass
@@ -124,17 +97,17 @@ class KVState:
         d = cfg.head_dim
 
         pages_per_req = -(-max_tokens_per_request // page_size)
-        self.window_alloc = _Allocator(
+        self.window_alloc = PageAllocator(
             num_pages, page_size, max_requests, pages_per_req, self.device
         )
         self.window: list[PagedCache] = [
             PagedCache.allocate(self.window_fmt, d, page_size, num_pages, device=self.device)
             for _ in plans
         ]
-        self.comp_alloc: dict[int, _Allocator] = {}
+        self.comp_alloc: dict[int, PageAllocator] = {}
         for m in cfg.ratios_in_use:
             entries = max_tokens_per_request // m
-            self.comp_alloc[m] = _Allocator(
+            self.comp_alloc[m] = PageAllocator(
                 num_pages, page_size, max_requests, max(1, -(-entries // page_size)), self.device
             )
         self.comp: dict[int, PagedCache] = {}
@@ -156,7 +129,7 @@ class KVState:
         self.replay_start = torch.zeros(max_requests, dtype=torch.int32, device=self.device)
 
     # ------------------------------------------------------------------ helpers
-    def _allocs(self) -> list[tuple[str, int, _Allocator]]:
+    def _allocs(self) -> list[tuple[str, int, PageAllocator]]:
         """(name, ratio, allocator); ratio 0 is the window allocator."""
         out = [("window", 0, self.window_alloc)]
         out += [(f"comp{m}", m, a) for m, a in self.comp_alloc.items()]
@@ -276,7 +249,7 @@ class KVState:
         for m in handle.comp_tail:
             if self.comp_alloc[m].num_free < 1:
                 raise CacheFullError(dst_req, 1, self.comp_alloc[m].num_free, self.page_size)
-        self.window_alloc.attach_with_holes(dst_req, handle.window_pages)
+        self.window_alloc.attach(dst_req, handle.window_pages)
         for m, a in self.comp_alloc.items():
             a.attach(dst_req, handle.comp_pages.get(m, []))
             if m in handle.comp_tail:
