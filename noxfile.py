@@ -63,7 +63,7 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6")
+    session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
@@ -71,7 +71,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the public modules of every package."""
-    _install(session, ALL, "mypy>=1.10", "pytest>=8")
+    _install(session, ALL, "mypy==2.4.1", "pytest>=8")
     session.run("mypy", *[f"packages/{dist}/src" for dist in ALL])
 
 

@@ -1,1 +1,4 @@
-"""Kernels paired with their torch references: one folder per op (`naive.py` + `triton_kernels.py`)."""
+"""Kernels paired with their torch references: one folder per op.
+
+Each holds `naive.py` (the readable reference) and `triton_kernels.py`.
+"""
