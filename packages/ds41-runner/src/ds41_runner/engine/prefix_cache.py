@@ -1,0 +1,119 @@
+"""Prefix cache: full prompt pages keyed by a chain hash, shared through `KVState` handles.
+
+The key of page k is `H(key of page k-1 || token ids of page k)`, so one key names a whole
+prefix. Each entry holds a `PrefixPages` handle from `kv.export_prefix` (page references and
+compressor-ring snapshots); a later request whose prompt starts with the same pages imports the
+longest cached prefix and starts computing after it. Entries are evicted least recently used
+first when the cache runs out of pages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+_ROOT = b"ds41-prefix-v1"
+
+
+class PrefixKV(Protocol):
+    def export_prefix(self, req: int, num_tokens: int) -> Any: ...
+    def import_prefix(self, handle: Any, dst_req: int) -> None: ...
+    def release_prefix(self, handle: Any) -> None: ...
+
+
+def chain_hashes(tokens: Sequence[int], page_size: int, num_pages: int) -> list[bytes]:
+    """Keys of the first `num_pages` full pages of `tokens` (page k's key covers pages 0..k)."""
+    if num_pages * page_size > len(tokens):
+        raise ValueError(
+            f"num_pages * page_size = {num_pages * page_size} exceeds len(tokens) = {len(tokens)}"
+        )
+    keys: list[bytes] = []
+    prev = _ROOT
+    for k in range(num_pages):
+        page = tokens[k * page_size : (k + 1) * page_size]
+        h = hashlib.blake2b(prev, digest_size=16)
+        h.update(b"".join(int(t).to_bytes(8, "little", signed=True) for t in page))
+        prev = h.digest()
+        keys.append(prev)
+    return keys
+
+
+@dataclass
+class PrefixEntry:
+    handle: Any
+    tokens: tuple[int, ...]
+    """The exact prefix (guards against hash collisions)."""
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+
+class PrefixCache:
+    """LRU map chain-hash -> exported prefix handle."""
+
+    def __init__(self, kv: PrefixKV, page_size: int, max_entries: int = 4096) -> None:
+        if page_size <= 0:
+            raise ValueError(f"page_size must be positive, got {page_size}")
+        self.kv = kv
+        self.page_size = page_size
+        self.max_entries = max_entries
+        self._entries: OrderedDict[bytes, PrefixEntry] = OrderedDict()
+        self.hits = 0
+        self.hit_tokens = 0
+        self.lookups = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, tokens: Sequence[int], max_tokens: int) -> PrefixEntry | None:
+        """Longest cached prefix of `tokens` of at most `max_tokens` tokens (marks it used)."""
+        self.lookups += 1
+        max_pages = min(max_tokens, len(tokens)) // self.page_size
+        if max_pages <= 0 or not self._entries:
+            return None
+        keys = chain_hashes(tokens, self.page_size, max_pages)
+        for k in range(max_pages - 1, -1, -1):
+            entry = self._entries.get(keys[k])
+            if entry is not None and entry.tokens == tuple(tokens[: (k + 1) * self.page_size]):
+                self._entries.move_to_end(keys[k])
+                self.hits += 1
+                self.hit_tokens += entry.num_tokens
+                return entry
+        return None
+
+    def offer(self, req: int, tokens: Sequence[int], first_page: int, last_page: int) -> None:
+        """Export the prefixes ending at pages `first_page .. last_page - 1` (0-based) of the
+        request in slot `req`, whose cache holds them; known prefixes are only marked used."""
+        if last_page <= first_page:
+            return
+        keys = chain_hashes(tokens, self.page_size, last_page)
+        for k in range(first_page, last_page):
+            if keys[k] in self._entries:
+                self._entries.move_to_end(keys[k])
+                continue
+            n = (k + 1) * self.page_size
+            handle = self.kv.export_prefix(req, n)
+            self._entries[keys[k]] = PrefixEntry(handle, tuple(tokens[:n]))
+            while len(self._entries) > self.max_entries:
+                self.evict_one()
+
+    def import_into(self, entry: PrefixEntry, dst_req: int) -> int:
+        """Start request slot `dst_req` with the entry's prefix; returns its token count."""
+        self.kv.import_prefix(entry.handle, dst_req)
+        return entry.num_tokens
+
+    def evict_one(self) -> bool:
+        """Release the least recently used entry; False when empty."""
+        if not self._entries:
+            return False
+        _, entry = self._entries.popitem(last=False)
+        self.kv.release_prefix(entry.handle)
+        return True
+
+    def clear(self) -> None:
+        while self.evict_one():
+            pass

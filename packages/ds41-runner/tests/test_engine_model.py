@@ -1,0 +1,153 @@
+"""Engine features with the real tiny model (CPU, torch backend): prefix cache, preemption,
+every kv_dtype, bad input. Results are compared bitwise (full log-prob rows) with cold, alone
+runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ds41_runner
+from ds41_runner import Engine, Result
+
+BASE = [
+    "device=cpu",
+    "backend=torch",
+    "workload=tiny",
+    "page_size=4",
+    "num_pages=96",
+    "max_requests=4",
+    "max_tokens_per_request=32",
+]
+NEW = 3
+
+
+def make(*overrides: str, **kw: object) -> Engine:
+    return Engine.from_config(ds41_runner.compose(BASE + list(overrides)), keep_rows=True, **kw)
+
+
+def rand_tokens(seed: int, n: int, vocab: int = 512) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (n,), generator=g).tolist()
+
+
+def assert_same(a: Result, b: Result) -> None:
+    assert a.ok and b.ok, (a.error, b.error)
+    assert a.tokens == b.tokens and a.logprobs == b.logprobs
+    assert a.rows is not None and b.rows is not None and torch.equal(a.rows, b.rows)
+
+
+@pytest.fixture(scope="module")
+def cold() -> Engine:
+    return make("prefix_cache=false")
+
+
+def test_prefix_cache_hit_equals_cold(cold: Engine) -> None:
+    shared = rand_tokens(1, 10)
+    a = shared + rand_tokens(2, 3)
+    b = shared + rand_tokens(3, 5)
+    ref_b = cold.generate([b], NEW, seeds=[9], temperature=0.9)[0]
+    eng = make("prefix_cache=true", "chunk_size=5")
+    # b arrives after a's prompt pages are cached; 8 tokens (2 pages of 4) are shared.
+    res = eng.generate([a, b], NEW, seeds=[8, 9], arrivals=[0, 4], temperature=[0.0, 0.9])
+    assert res[1].prefix_hit_tokens == 8
+    assert_same(res[1], ref_b)
+    # A later call hits too (the cache persists across calls) and still matches.
+    again = eng.generate([b], NEW, seeds=[9], temperature=0.9)[0]
+    assert again.prefix_hit_tokens >= 8
+    assert_same(again, ref_b)
+    eng.clear_prefix_cache()
+    assert eng.kv.num_free_pages() == eng.kv.num_pages
+
+
+def test_preemption_recomputes_identically(cold: Engine) -> None:
+    prompts = [rand_tokens(10 + i, n) for i, n in enumerate((9, 4, 13))]
+    seeds, temps = [5, 6, 7], [0.0, 1.0, 0.7]
+    ref = [cold.generate([p], 4, seeds=[s], temperature=t)[0]
+           for p, s, t in zip(prompts, seeds, temps, strict=True)]  # fmt: skip
+    eng = make("num_pages=6", "chunk_size=8", "prefix_cache=false")
+    res = eng.generate(prompts, 4, seeds=seeds, temperature=temps)
+    assert eng.stats.preemptions >= 1
+    for r, a in zip(res, ref, strict=True):
+        assert_same(r, a)
+    assert eng.kv.num_free_pages() == 6
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8_ds_mla", "nvfp4_ds_mla"])
+def test_every_kv_dtype_batched_equals_alone_and_score(kv_dtype: str) -> None:
+    eng = make(f"kv_dtype={kv_dtype}", "chunk_size=3", "prefix_cache=false")
+    prompts = [rand_tokens(20, 7), rand_tokens(21, 5)]
+    res = eng.generate(prompts, NEW, seeds=[1, 2], arrivals=[0, 1], temperature=[0.0, 0.8])
+    eng.chunk_size = 64
+    for i, p in enumerate(prompts):
+        (a,) = eng.generate([p], NEW, seeds=[i + 1], temperature=[0.0, 0.8][i])
+        assert_same(res[i], a)
+    assert eng.score([p + r.tokens for p, r in zip(prompts, res, strict=True)], [7, 5]) == [
+        r.logprobs for r in res
+    ]
+    # The cache format matters: rows differ from the bf16 run (guards against a no-op dtype).
+    if kv_dtype != "bf16":
+        ref = make("kv_dtype=bf16", "prefix_cache=false")
+        (b,) = ref.generate([prompts[0]], NEW, seeds=[1])
+        assert not torch.equal(b.rows, res[0].rows)
+
+
+def test_bad_input_names_the_request(cold: Engine) -> None:
+    good = rand_tokens(30, 5)
+    ref = cold.generate([good], NEW, seeds=[4])[0]
+    res = cold.generate(
+        [[], good, [3, 512], [1] * 40, good], [NEW, NEW, NEW, NEW, 0], seeds=[0, 4, 0, 0, 0]
+    )
+    assert "request 0" in res[0].error and "empty" in res[0].error
+    assert_same(res[1], ref)
+    assert "request 2" in res[2].error and "vocabulary" in res[2].error
+    assert "request 3" in res[3].error and "longer than the model maximum" in res[3].error
+    assert "request 4" in res[4].error and "max_new_tokens" in res[4].error
+    with pytest.raises(ValueError, match="sequence 0"):
+        cold.score([[1, 600]], [1])
+
+
+def test_cache_too_small_for_one_request() -> None:
+    eng = make("num_pages=2", "chunk_size=64", "prefix_cache=false")
+    big, small = rand_tokens(40, 20), rand_tokens(41, 3)
+    res = eng.generate([big, small], 2, seeds=[0, 1])
+    assert res[0].error is not None and "request 0" in res[0].error and "too small" in res[0].error
+    assert res[1].ok and len(res[1].tokens) == 2
+    assert eng.kv.num_free_pages() == 2
+
+
+def test_padded_decode_path_equals_eager(cold: Engine) -> None:
+    # The CUDA-graph path on the CPU: DecodeGraphs' static buffers and padding rows (request
+    # -1) with a `validate=False` forward, "replayed" eagerly. Results must equal eager runs.
+    from ds41_runner.engine.graphs import DecodeGraphs, _Captured
+
+    class EagerReplay:
+        def __init__(self, fn) -> None:  # type: ignore[no-untyped-def]
+            self.fn = fn
+
+        def replay(self) -> None:
+            self.fn()
+
+    class CpuGraphs(DecodeGraphs):
+        def _capture(self, b: int) -> _Captured:
+            tokens = torch.zeros(b, dtype=torch.int64)
+            req = torch.full((b,), -1, dtype=torch.int32)
+            pos = torch.zeros(b, dtype=torch.int32)
+            out = torch.empty(b, self.model.cfg.vocab_size)
+
+            def run() -> None:
+                out.copy_(self._forward(tokens, req, pos))
+
+            return _Captured(EagerReplay(run), tokens, req, pos, out)
+
+    eng = make("prefix_cache=false", "chunk_size=8")
+    graphs = object.__new__(CpuGraphs)
+    graphs.__dict__.update(model=eng.model, kv=eng.kv, batch_sizes=[4, 8], device=eng.device,
+                           _graphs={}, _pool=None, replays=0)  # fmt: skip
+    eng.graphs = graphs
+    prompts = [rand_tokens(50 + i, n) for i, n in enumerate((5, 3, 7))]
+    res = eng.generate(prompts, 4, seeds=[1, 2, 3], arrivals=[0, 0, 2], temperature=[0, 1, 0.5])
+    assert eng.stats.graph_replays > 0 and sorted(graphs._graphs) == [4]
+    for i, p in enumerate(prompts):
+        (a,) = cold.generate([p], 4, seeds=[i + 1], temperature=[0, 1, 0.5][i])
+        assert_same(res[i], a)
