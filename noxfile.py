@@ -34,7 +34,13 @@ CPU_ENV = {"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "
 
 
 def _install(session: nox.Session, dists: tuple[str, ...], *extra: str) -> None:
-    editable = [arg for dist in dists for arg in ("-e", f"packages/{dist}")]
+    # The `bench` extra (rich, matplotlib) is declared by every package that has a benchmark;
+    # the runner needs both anyway.
+    editable = [
+        arg
+        for dist in dists
+        for arg in ("-e", f"packages/{dist}" + ("" if dist == "ds41-runner" else "[bench]"))
+    ]
     session.install(*CONSTRAINTS, *extra, *editable)
 
 
