@@ -312,3 +312,27 @@ def test_caches_written_by_cache_insert(backend, device):
     )
     out, lse = run(args, backend, device)
     check(out, lse, args, _dev(backend, device))
+
+
+@pytest.mark.interpreter
+def test_output_channel_tiles_match_reference_and_stay_invariant(device):
+    """d_tiles=2 (one channel parity per program): correct, lse written once, invariant."""
+    from ds41_attention.ops.sparse_attention.launch import KernelConfig, launch_sparse_attention
+
+    cfg = KernelConfig(16, 16, 4, 1, d_tiles=2)
+    rows = 5
+    k_lens = torch.tensor([40, 0, 17, 40, 3])
+    args = _to(make_args(rows, 20, 8, 40, seed=12, k_lens=k_lens), device)
+    full_o, full_l = launch_sparse_attention(*args, config=cfg)
+    check(full_o, full_l, args, device)
+    # H=20 over blocks of 16: the second head block is partial (masked heads)
+    base_o, base_l = launch_sparse_attention(*args, config=KernelConfig(16, 16, 4, 1))
+    check(base_o, base_l, args, device)
+    for i in (0, 2):
+        o, l = launch_sparse_attention(*_select(args, torch.tensor([i])), config=cfg)
+        assert torch.equal(o[0], full_o[i]) and torch.equal(l[0], full_l[i]), i
+    o, l = launch_sparse_attention(*_pad_rows(args, 2), config=cfg)
+    assert torch.equal(o[:rows], full_o) and torch.equal(l[:rows], full_l)
+    assert (o[rows:] == 0).all() and (l[rows:] == -math.inf).all()
+    with pytest.raises(ValueError, match="d_tiles"):
+        launch_sparse_attention(*args, config=KernelConfig(16, 16, 4, 1, d_tiles=3))

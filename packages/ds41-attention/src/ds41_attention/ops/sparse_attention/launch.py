@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import triton
@@ -20,12 +21,18 @@ MAX_SPLITS = 64
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Tile shape and launch parameters; chosen from (H, D) only, never from the batch."""
+    """Tile shape and launch parameters; chosen from (H, D) only, never from the batch.
+
+    `d_tiles`: programs per (row, head block), each owning a share of the output channels
+    (1, or 2 = one channel parity each; both recompute the same scores, so they agree on the
+    softmax bit for bit). Measured slower on the H200 at H=64, D=512 (README), kept as an option.
+    """
 
     block_h: int
     block_n: int
     num_warps: int
     num_stages: int
+    d_tiles: int = 1
 
 
 def default_config(num_heads: int, dim: int) -> KernelConfig:
@@ -89,6 +96,10 @@ def launch_sparse_attention(
     if t_rows == 0:
         return out, lse
     cfg = config or default_config(h, d)
+    if cfg.d_tiles not in (1, 2):
+        raise ValueError(f"config.d_tiles must be 1 or 2, got {cfg.d_tiles}")
+    if not batch_invariant:
+        cfg = replace(cfg, d_tiles=1)  # the split path keeps whole rows of channels
     upcast = interpreter_active()
     use_hw_fp8 = (not upcast) and device.type == "cuda" and hw_fp8 is not False
     head_blocks = triton.cdiv(h, cfg.block_h)
@@ -127,16 +138,18 @@ def launch_sparse_attention(
     out_words = out.view(torch.int32)
     out_arg = out.view(torch.int16) if upcast else out
 
-    _sparse_attn_kernel[(t_rows, head_blocks, num_splits)](
+    _sparse_attn_kernel[(t_rows, head_blocks * cfg.d_tiles, num_splits)](
         q_words, q.stride(0), q.stride(1),
         w_st, w_st16, w_st32, w_stride, w_ps, swa_slots, swa_slots.stride(0), swa_lens,
         c_st, c_st16, c_st32, c_stride, c_ps, c_slots, c_slots.stride(0), c_lens,
         sink, float(scale),
-        out_words, out.stride(0), out.stride(1), lse, lse.stride(0),
+        out_words if cfg.d_tiles == 1 else out_arg, out.stride(0), out.stride(1),
+        lse, lse.stride(0),
         part_o, part_ml, num_splits,
         h,
         D=d, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
         W_FMT=w_fmt, C_FMT=c_fmt, SPLIT=split, UPCAST=upcast, HW_FP8=use_hw_fp8,
+        D_TILES=cfg.d_tiles,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     if split:
@@ -147,3 +160,29 @@ def launch_sparse_attention(
             num_warps=4,
         )  # fmt: skip
     return out, lse
+
+
+def kernel_signature(
+    cfg: KernelConfig, dim: int, w_fmt: int, c_fmt: int
+) -> tuple[dict[str, str], dict[str, int | bool], dict[tuple[int], list[list[Any]]]]:
+    """(signature, constexprs, attrs) of the invariant `_sparse_attn_kernel` as the launcher
+    specializes it on the V4.1 geometry (pointers and strides divisible by 16, one split), for
+    offline compiles (ptxas reports without a GPU)."""
+    out_t = "*i32" if cfg.d_tiles == 1 else "*bf16"
+    p = {"q_ptr": "*i32", "w_ptr": "*u8", "w16_ptr": "*i16", "w32_ptr": "*i32",
+         "swa_ptr": "*i32", "swa_lens_ptr": "*i32", "c_ptr": "*u8", "c16_ptr": "*i16",
+         "c32_ptr": "*i32", "comp_ptr": "*i32", "comp_lens_ptr": "*i32", "sink_ptr": "*fp32",
+         "out_ptr": out_t, "lse_ptr": "*fp32", "part_o_ptr": "*fp32", "part_ml_ptr": "*fp32",
+         "scale": "fp32"}  # fmt: skip
+    constexprs: dict[str, int | bool] = {
+        "D": dim, "BLOCK_H": cfg.block_h, "BLOCK_N": cfg.block_n, "W_FMT": w_fmt,
+        "C_FMT": c_fmt, "SPLIT": False, "UPCAST": False, "HW_FP8": True,
+        "D_TILES": cfg.d_tiles, "num_splits": 1,
+    }  # fmt: skip
+    sig = {}
+    attrs: dict[tuple[int], list[list[Any]]] = {}
+    for i, name in enumerate(_sparse_attn_kernel.arg_names):
+        sig[name] = "constexpr" if name in constexprs else p.get(name, "i32")
+        if sig[name] != "constexpr" and name != "scale":
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, constexprs, attrs

@@ -1,12 +1,13 @@
 # mypy: disable-error-code="no-untyped-def"
 """Triton kernels of SPEC section 8: sparse MQA attention with sink over paged records.
 
-One program owns one (row, head block[, key split]). It walks the row's key list in a fixed
-order (window entries ascending, then compressed entries ascending) in tiles of BLOCK_N
-entries; each tile is decoded once from its paged records into registers and reused by every
-head of the block: S = Q @ K^T and O += P @ K (K = V = the latent). Without a split the program
-writes the final row (the batch-invariant kernel); with splits it writes (acc, m, l) partials
-that `_combine_kernel` merges (the fast path, whose split count depends on the batch).
+One program owns one (row, head block[, output-channel tile][, key split]). It walks the
+row's key list in a fixed order (window entries ascending, then compressed entries ascending)
+in tiles of BLOCK_N entries; each tile is decoded once from its paged records into registers
+and reused by every head of the block: S = Q @ K^T and O += P @ K (K = V = the latent).
+Without a split the program writes the final row (the batch-invariant kernel); with splits
+it writes (acc, m, l) partials that `_combine_kernel` merges (the fast path, whose split
+count depends on the batch).
 
 Channels are handled as two halves (even, odd): see `_decode_tile`.
 Window and compressed tiles share one loop (one set of tensor-core descriptors: two loops
@@ -72,6 +73,15 @@ def _split_words(w, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def _expand_groups(x, BLOCK_N: tl.constexpr, G: tl.constexpr, E: tl.constexpr):
+    """[BLOCK_N, G] per-group values -> [BLOCK_N, G * E], each repeated over its E columns.
+
+    Expanding the small scale tensor (instead of shaping the data as [BLOCK_N, G, E]) lets the
+    data keep its load layout all the way to the shared-memory store."""
+    return tl.reshape(tl.broadcast_to(x[:, :, None], [BLOCK_N, G, E]), [BLOCK_N, G * E])
+
+
+@triton.jit
 def _decode_tile(
     st_ptr, st16_ptr, st32_ptr, page_stride, page_size, slots, valid,
     FMT: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -91,52 +101,55 @@ def _decode_tile(
     # validity travels as an integer: expanding a loop-carried i1 vector trips Triton 3.6's
     # layout inference on the GPU
     vrow = valid.to(tl.int32)
-    mask3 = vrow[:, None, None] != 0
+    vmask = vrow[:, None] != 0
     if FMT == 0:
-        # [BLOCK_N, D/32, 16] words: a ue8m0 scale byte covers 16 words (32 channels)
-        g = tl.arange(0, D // 32)
-        e = tl.arange(0, 16)
+        # [BLOCK_N, D/2] 16-bit words; a ue8m0 scale byte covers 16 words (32 channels)
+        c = tl.arange(0, D // 2)
         row16 = tl.multiple_of((base + off * D) // 2, 8)
-        w = tl.load(st16_ptr + row16[:, None, None] + (g[None, :, None] * 16 + e[None, None, :]),
-                    mask=mask3, other=0)
+        w = tl.load(st16_ptr + row16[:, None] + c[None, :], mask=vmask, other=0)
         srow = base + page_size * D + off * (D // 32)
-        sb = tl.load(st_ptr + srow[:, None, None] + g[None, :, None], mask=mask3, other=127)
+        sb = tl.load(st_ptr + srow[:, None] + tl.arange(0, D // 32)[None, :], mask=vmask,
+                     other=127)
         lo = (w & 0xFF).to(tl.uint8)
         hi = ((w >> 8) & 0xFF).to(tl.uint8)
         if UPCAST:
-            sc = ue8m0_to_f32(sb)
+            sc = _expand_groups(ue8m0_to_f32(sb), BLOCK_N, D // 32, 16)
             ev = _e4m3(lo, HW_FP8) * sc
             od = _e4m3(hi, HW_FP8) * sc
         else:
-            sc = ue8m0_to_f32(sb).to(tl.bfloat16)
+            sc = _expand_groups(ue8m0_to_f32(sb).to(tl.bfloat16), BLOCK_N, D // 32, 16)
             ev = _e4m3(lo, HW_FP8).to(tl.bfloat16) * sc
             od = _e4m3(hi, HW_FP8).to(tl.bfloat16) * sc
-        ev = tl.reshape(ev, [BLOCK_N, D // 2])
-        od = tl.reshape(od, [BLOCK_N, D // 2])
     elif FMT == 1:
-        # [BLOCK_N, D/16, 8] bytes: an e4m3 scale covers 8 bytes (16 channels)
-        g = tl.arange(0, D // 16)
-        e = tl.arange(0, 8)
+        # [BLOCK_N, D/2] bytes; an e4m3 scale covers 8 bytes (16 channels)
+        c = tl.arange(0, D // 2)
         row = tl.multiple_of(base + off * (D // 2), 16)
-        b = tl.load(st_ptr + row[:, None, None] + (g[None, :, None] * 8 + e[None, None, :]),
-                    mask=mask3, other=0).to(tl.int32)
+        b = tl.load(st_ptr + row[:, None] + c[None, :], mask=vmask, other=0).to(tl.int32)
         srow = base + page_size * (D // 2) + off * (D // 16)
-        sb = tl.load(st_ptr + srow[:, None, None] + g[None, :, None], mask=mask3, other=0)
+        sb = tl.load(st_ptr + srow[:, None] + tl.arange(0, D // 16)[None, :], mask=vmask,
+                     other=0)
         if UPCAST:
-            sc = _e4m3(sb, HW_FP8)
+            sc = _expand_groups(_e4m3(sb, HW_FP8), BLOCK_N, D // 16, 8)
             ev = e2m1_to_f32(b) * sc
             od = e2m1_to_f32(b >> 4) * sc
+        elif HW_FP8:
+            # e2m1 code c (3 magnitude bits) as the e4m3 byte c << 2 is exactly c * 2^-6
+            # (0.5 lands on the e4m3 subnormal 2^-7): the hardware converts it, the 2^6
+            # moves into the scale. Every product is still exact in bf16.
+            sc = _expand_groups((_e4m3(sb, HW_FP8) * 64.0).to(tl.bfloat16), BLOCK_N, D // 16, 8)
+            lo = (((b & 8) << 4) | ((b & 7) << 2)).to(tl.uint8)
+            hi = ((b & 0x80) | ((b & 0x70) >> 2)).to(tl.uint8)
+            ev = lo.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16) * sc
+            od = hi.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16) * sc
         else:
-            sc = _e4m3(sb, HW_FP8).to(tl.bfloat16)
+            sc = _expand_groups(_e4m3(sb, HW_FP8).to(tl.bfloat16), BLOCK_N, D // 16, 8)
             ev = e2m1_to_f32(b).to(tl.bfloat16) * sc
             od = e2m1_to_f32(b >> 4).to(tl.bfloat16) * sc
-        ev = tl.reshape(ev, [BLOCK_N, D // 2])
-        od = tl.reshape(od, [BLOCK_N, D // 2])
     else:
         # bf16 records as 32-bit words: channel 2i in the low half, 2i+1 in the high half
         c = tl.arange(0, D // 2)
         row32 = tl.multiple_of((base + off * (2 * D)) // 4, 4)
-        w = tl.load(st32_ptr + row32[:, None] + c[None, :], mask=vrow[:, None] != 0, other=0)
+        w = tl.load(st32_ptr + row32[:, None] + c[None, :], mask=vmask, other=0)
         ev, od = _split_words(w, UPCAST)
     return ev, od
 
@@ -189,9 +202,14 @@ def _tile_kv(
 
 
 @triton.jit
-def _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od, k_ev, k_od, valid, scale,
-                 UPCAST: tl.constexpr):
-    """Online-softmax update of (m, l, acc) with one decoded key tile (channel halves)."""
+def _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od, k_ev, k_od, valid, scale, dv,
+                 D_TILES: tl.constexpr, UPCAST: tl.constexpr):
+    """Online-softmax update of (m, l, acc) with one decoded key tile (channel halves).
+
+    D_TILES == 2: the program owns one channel parity `dv` of the output, so only `acc_ev`
+    (holding that parity) is updated; the scores, hence m and l, are the same arithmetic in
+    both programs of a (row, head block).
+    """
     if UPCAST:
         s = tl.dot(q_od, tl.trans(k_od), tl.dot(q_ev, tl.trans(k_ev)))
     else:
@@ -204,13 +222,15 @@ def _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od, k_ev, k_od, valid, scale,
     alpha = tl.exp(m_i - m_safe)
     p = tl.exp(s - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    if UPCAST:
+    if not UPCAST:
+        p = p.to(tl.bfloat16)
+        k_ev = k_ev.to(tl.bfloat16)
+        k_od = k_od.to(tl.bfloat16)
+    if D_TILES == 1:
         acc_ev = tl.dot(p, k_ev, acc_ev * alpha[:, None])
         acc_od = tl.dot(p, k_od, acc_od * alpha[:, None])
     else:
-        pb = p.to(tl.bfloat16)
-        acc_ev = tl.dot(pb, k_ev.to(tl.bfloat16), acc_ev * alpha[:, None])
-        acc_od = tl.dot(pb, k_od.to(tl.bfloat16), acc_od * alpha[:, None])
+        acc_ev = tl.dot(p, tl.where(dv == 0, k_ev, k_od), acc_ev * alpha[:, None])
     return m_new, l_i, acc_ev, acc_od
 
 
@@ -220,15 +240,19 @@ def _sparse_attn_kernel(
     w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size, swa_ptr, stride_swa_t, swa_lens_ptr,
     c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size, comp_ptr, stride_comp_t, comp_lens_ptr,
     sink_ptr, scale,
-    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # out as int32 words, like q
+    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # out: int32 words (bf16 if D_TILES=2)
     part_o_ptr, part_ml_ptr, num_splits,
     H,
     D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     W_FMT: tl.constexpr, C_FMT: tl.constexpr, SPLIT: tl.constexpr,
-    UPCAST: tl.constexpr, HW_FP8: tl.constexpr,
+    UPCAST: tl.constexpr, HW_FP8: tl.constexpr, D_TILES: tl.constexpr = 1,
 ):
+    tl.static_assert(D_TILES == 1 or (D_TILES == 2 and not SPLIT))
     t = tl.program_id(0)
-    hb = tl.program_id(1)
+    # D_TILES programs share one (row, head block), each owning 1/D_TILES of the output
+    # channels (D_TILES == 2: one parity); adjacent, so their key loads meet in L2.
+    hb = tl.program_id(1) // D_TILES
+    dv = tl.program_id(1) % D_TILES
     sp = tl.program_id(2)
     heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = heads < H
@@ -257,7 +281,10 @@ def _sparse_attn_kernel(
     m_i = tl.full([BLOCK_H], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc_ev = tl.zeros([BLOCK_H, D // 2], tl.float32)
-    acc_od = tl.zeros([BLOCK_H, D // 2], tl.float32)
+    if D_TILES == 1:
+        acc_od = tl.zeros([BLOCK_H, D // 2], tl.float32)
+    else:
+        acc_od = tl.zeros([BLOCK_H], tl.float32)  # unused placeholder
     nslots, nvalid = _tile_slots(lo, n_w, t, swa_len, comp_len, swa_ptr, stride_swa_t,
                                  comp_ptr, stride_comp_t, HAS_COMP, BLOCK_N)
     # One loop over the row's tiles in the fixed order: window ascending, then compressed.
@@ -273,7 +300,8 @@ def _sparse_attn_kernel(
                                   c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size,
                                   W_FMT, C_FMT, D, BLOCK_N, HW_FP8, UPCAST)
             m_i, l_i, acc_ev, acc_od = _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od,
-                                                    k_ev, k_od, valid, scale, UPCAST)
+                                                    k_ev, k_od, valid, scale, dv, D_TILES,
+                                                    UPCAST)
             i += 1
     else:
         for i in range(lo, hi):
@@ -285,7 +313,8 @@ def _sparse_attn_kernel(
                                   c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size,
                                   W_FMT, C_FMT, D, BLOCK_N, HW_FP8, UPCAST)
             m_i, l_i, acc_ev, acc_od = _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od,
-                                                    k_ev, k_od, valid, scale, UPCAST)
+                                                    k_ev, k_od, valid, scale, dv, D_TILES,
+                                                    UPCAST)
 
     if SPLIT:
         pidx = (t * H + heads) * num_splits + sp
@@ -301,12 +330,18 @@ def _sparse_attn_kernel(
         # The sink joins the denominator only; +inf sink gives 0, -inf a plain softmax.
         denom = l_i + tl.exp(sink - m_safe)
         o_ev = tl.where(has[:, None], acc_ev / denom[:, None], 0.0)
-        o_od = tl.where(has[:, None], acc_od / denom[:, None], 0.0)
         lse = tl.where(has, m_safe + tl.log(tl.where(has, l_i, 1.0)), -float("inf"))
-        words = _bf16_bits(o_ev, UPCAST) | (_bf16_bits(o_od, UPCAST) << 16)
-        o_rows = out_ptr + t * (stride_ot // 2) + heads[:, None] * (stride_oh // 2)
-        tl.store(o_rows + cw[None, :], words, mask=hmask[:, None])
-        tl.store(lse_ptr + t * stride_lt + heads, lse, mask=hmask)
+        if D_TILES == 1:
+            o_od = tl.where(has[:, None], acc_od / denom[:, None], 0.0)
+            words = _bf16_bits(o_ev, UPCAST) | (_bf16_bits(o_od, UPCAST) << 16)
+            o_rows = out_ptr + t * (stride_ot // 2) + heads[:, None] * (stride_oh // 2)
+            tl.store(o_rows + cw[None, :], words, mask=hmask[:, None])
+            tl.store(lse_ptr + t * stride_lt + heads, lse, mask=hmask)
+        else:
+            # out is bf16 here (int16 under the interpreter): channels 2 * cw + dv
+            o_rows = out_ptr + t * stride_ot + heads[:, None] * stride_oh
+            _store_bf16(o_rows + 2 * cw[None, :] + dv, o_ev, hmask[:, None], UPCAST)
+            tl.store(lse_ptr + t * stride_lt + heads, lse, mask=hmask & (dv == 0))
 
 
 @triton.jit
