@@ -16,6 +16,15 @@ def interpreter_active() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def canonical_device(device: torch.device | str) -> torch.device:
+    """`device` as tensors report it: a bare "cuda" gets the current device index, so that
+    `tensor.device == canonical_device(...)` comparisons hold."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
 def resolve_backend(backend: str, device: torch.device) -> Literal["torch", "triton"]:
     """`auto` picks Triton on CUDA tensors and the torch reference on the CPU.
 

@@ -21,6 +21,7 @@ import argparse
 import json
 import statistics
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -150,6 +151,7 @@ def run(
     progress: Callable[[str], None] = print,
 ) -> list[Point]:
     points: list[Point] = []
+    failures: list[str] = []
     models = {m: Model(cfg, mode=m, backend=backend, device=device, seed=0) for m in modes}
     max_b = max(batches)
     for kv_dtype in kv_dtypes:
@@ -181,9 +183,23 @@ def run(
                         progress(f"{kv_dtype} ctx={ctx} mode={mode} graph={graph} batch={b}")
                         if device.type == "cuda":
                             torch.cuda.reset_peak_memory_stats(device)
-                        ms = _decode_ms(
-                            model, kv, context=ctx, batch=b, graph=graph, iters=iters, warmup=warmup
-                        )
+                        try:
+                            ms = _decode_ms(
+                                model,
+                                kv,
+                                context=ctx,
+                                batch=b,
+                                graph=graph,
+                                iters=iters,
+                                warmup=warmup,
+                            )
+                        except Exception as exc:  # keep measuring the other points
+                            if not failures:
+                                traceback.print_exc()
+                            failures.append(f"{kv_dtype}/{mode}/{graph}/ctx{ctx}/b{b}: {exc!r}")
+                            if device.type == "cuda":
+                                torch.cuda.synchronize(device)
+                            continue
                         med = statistics.median(ms)
                         peak = (
                             torch.cuda.max_memory_allocated(device) / 2**30
@@ -208,6 +224,8 @@ def run(
             del kv
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+    for f in failures:
+        progress(f"FAILED {f}")
     return points
 
 

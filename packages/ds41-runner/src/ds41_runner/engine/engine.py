@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from ds41_cache.backend import canonical_device
+
 from ..config import RunConfig, Validated, resolve_kv_dtype, validate
 from .graphs import DecodeGraphs
 from .prefix_cache import PrefixCache
@@ -56,12 +58,12 @@ class EngineStats:
 def resolve_device(device: str) -> torch.device:
     """`auto` -> cuda when available, else cpu."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return canonical_device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device=cuda but torch.cuda.is_available() is False; use device=cpu")
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be one of ['auto', 'cpu', 'cuda'], got {device!r}")
-    return torch.device(device)
+    return canonical_device(device)
 
 
 class Engine:

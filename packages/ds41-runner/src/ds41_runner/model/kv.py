@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ds41_cache.allocator import NO_PAGE, CacheFullError, PageAllocator
+from ds41_cache.backend import canonical_device
 from ds41_cache.compressor import Compressor
 from ds41_cache.paged import PagedCache
 
@@ -89,7 +90,7 @@ class KVState:
         self.max_tokens_per_request = max_tokens_per_request
         self.num_pages = num_pages
         self.page_size = page_size
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         self.window_fmt = WINDOW_FORMAT[kv_dtype]
         self.comp_fmt = COMPRESSED_FORMAT[kv_dtype]
         self.index_fmt = INDEX_KEY_FORMAT

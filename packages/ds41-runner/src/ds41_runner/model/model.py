@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ds41_cache.backend import resolve_backend
+from ds41_cache.backend import canonical_device, resolve_backend
 
 from .. import components as comp
 from ..ops.linear import check_mode
@@ -61,7 +61,7 @@ class Model:
         cfg.validate()
         self.cfg = cfg
         self.mode = mode
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         self.backend = resolve_backend(backend, self.device)
         self.plans = cfg.plans
         on_triton = self.backend == "triton"
