@@ -1,0 +1,79 @@
+"""Index keys (SPEC section 6): RMSNorm -> RoPE at e*m -> quantize -> paged write."""
+
+from __future__ import annotations
+
+import torch
+
+from ds41_cache.paged import PagedCache
+
+from ._checks import check_index_cache, check_tensor
+
+
+def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x: [N, D] -> bf16 [N, D]; fp32 math with a fixed pairwise sum of squares per row.
+
+    The sum of squares is a halving tree of elementwise adds (D a power of two), so a row's
+    result never depends on how many rows are normalized together.
+    """
+    xf = x.to(torch.float32)
+    sq = xf * xf
+    while sq.shape[1] > 1:
+        half = sq.shape[1] // 2
+        sq = sq[:, :half] + sq[:, half:]
+    inv = torch.rsqrt(sq / x.shape[1] + eps)
+    return (xf * inv * weight.to(torch.float32)).to(torch.bfloat16)
+
+
+def write_index_keys(
+    k_proj: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    entries_pos: torch.Tensor,
+    freqs: torch.Tensor,
+    key_cache: PagedCache,
+    slots: torch.Tensor,
+    *,
+    backend: str = "auto",
+    validate: bool = True,
+) -> torch.Tensor:
+    """Write index keys of N compressed entries; returns the normalized pre-RoPE keys bf16 [N, Di].
+
+    k_proj: [N, Di] bf16|f32 (= wk(latent)); norm_weight: [Di]; entries_pos: int [N] (= e*m,
+    the RoPE position of entry e); freqs: f32 [R/2]; slots: int32|int64 [N] cache slots of the
+    entries (-1 = skip). RMSNorm -> bf16 -> RoPE -> quantize to key_cache.fmt -> write.
+    `validate=False` skips the host-syncing slot checks of `ds41_cache.insert.insert`.
+    """
+    check_tensor(k_proj, "k_proj", dtypes=(torch.bfloat16, torch.float32), ndim=2)
+    n, di = k_proj.shape
+    if di & (di - 1):
+        raise ValueError(f"k_proj width must be a power of two, got {di}")
+    check_index_cache(key_cache, di)
+    check_tensor(
+        norm_weight,
+        "norm_weight",
+        dtypes=(torch.bfloat16, torch.float32),
+        ndim=1,
+        device=k_proj.device,
+    )
+    if norm_weight.shape[0] != di:
+        raise ValueError(f"norm_weight must have shape {[di]}, got {list(norm_weight.shape)}")
+    check_tensor(
+        entries_pos, "entries_pos", dtypes=(torch.int32, torch.int64), ndim=1, device=k_proj.device
+    )
+    check_tensor(slots, "slots", dtypes=(torch.int32, torch.int64), ndim=1, device=k_proj.device)
+    for name, v in (("entries_pos", entries_pos), ("slots", slots)):
+        if v.shape[0] != n:
+            raise ValueError(f"{name} must have shape {[n]}, got {list(v.shape)}")
+    from ds41_cache.insert import insert
+
+    normed = rms_norm_rows(k_proj, norm_weight, eps)
+    insert(
+        key_cache,
+        normed,
+        slots,
+        positions=entries_pos,
+        freqs=freqs,
+        backend=backend,
+        validate=validate,
+    )
+    return normed

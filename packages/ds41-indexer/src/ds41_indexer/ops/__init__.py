@@ -1,0 +1,1 @@
+"""Indexer kernels paired with their torch references: one folder per op."""

@@ -1,0 +1,61 @@
+"""Index queries and head weights (SPEC section 6), from already-projected tensors.
+
+The runner owns the batch-invariant matmuls (`wq_b_idx(qr)`, `weights_proj(x)`); these helpers
+take their outputs and do the rest row by row with elementwise work only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ds41_cache.codec import quantize_dequantize
+from ds41_cache.rope import apply_rope
+
+from ._checks import check_positive_int, check_tensor
+
+QUERY_FORMAT = "mxfp4"
+"""Index queries are MXFP4 quantize-dequantized after RoPE."""
+
+
+def prepare_index_queries(
+    q_proj: torch.Tensor,
+    positions: torch.Tensor,
+    freqs: torch.Tensor,
+    n_heads: int,
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """q_proj: [T, Hi*Di] bf16|f32 (= wq_b_idx(qr)); positions: int [T]; freqs: f32 [R/2].
+
+    Returns bf16 [T, Hi, Di]: RoPE at `positions` on the last R channels of each head (stored
+    as bf16), then MXFP4 quantize-dequantize per 32-channel block.
+    """
+    check_tensor(q_proj, "q_proj", dtypes=(torch.bfloat16, torch.float32), ndim=2)
+    check_positive_int(n_heads, "n_heads")
+    t, width = q_proj.shape
+    if width % n_heads:
+        raise ValueError(f"q_proj width {width} must be a multiple of n_heads = {n_heads}")
+    head_dim = width // n_heads
+    if head_dim % 32:
+        raise ValueError(f"index head dim must be a multiple of 32, got {head_dim}")
+    check_tensor(positions, "positions", dtypes=(torch.int32, torch.int64), ndim=1)
+    if positions.shape[0] != t:
+        raise ValueError(f"positions must have shape {[t]}, got {list(positions.shape)}")
+    q = q_proj.to(torch.bfloat16).view(t, n_heads, head_dim)
+    q = apply_rope(q, positions, freqs)
+    return quantize_dequantize(QUERY_FORMAT, q, backend=backend)
+
+
+index_queries = prepare_index_queries
+"""Alias under the name DESIGN.md lists."""
+
+
+def head_weights(w_proj: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """w_proj: [T, Hi] (= weights_proj(x)) -> f32 [T, Hi] scaled by Di^-0.5 * Hi^-0.5."""
+    check_tensor(w_proj, "w_proj", dtypes=(torch.bfloat16, torch.float32), ndim=2)
+    check_positive_int(head_dim, "head_dim")
+    n_heads = w_proj.shape[1]
+    # One constant (rounded once): 2**-6 exactly for V4.1-Flash (Di=128, Hi=32).
+    scale = float(head_dim * n_heads) ** -0.5
+    out: torch.Tensor = w_proj.to(torch.float32) * scale
+    return out

@@ -1,0 +1,17 @@
+"""The benchmark script runs end to end in its CPU smoke mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ds41_indexer.bench import main
+
+
+def test_bench_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    results = main(["--smoke", "--contexts", "64", "--rows", "1", "--json", str(out)])
+    assert len(results) == 1 and results[0].fused_ms > 0
+    data = json.loads(out.read_text())
+    assert data["results"][0]["context"] == 64
+    assert data["results"][0]["key_gb"] == 64 * 68 / 1e9

@@ -1,0 +1,117 @@
+"""GPU checks (skipped without CUDA): V4.1-Flash geometry, invariance, 1M-entry rows, graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import make_queries, make_scenario, reference_logits
+
+from ds41_cache.paged import PagedCache
+from ds41_indexer import candidate_blocks, index_logits, index_topk, paged_index_topk
+from ds41_indexer.ops.logits.naive import visible_entries
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+
+
+def flash_setup(fmt: str, seed: int):
+    sc = make_scenario(fmt, [700, 1300, 90], di=128, hi=32, page_size=64, seed=seed, device=CUDA)
+    req = torch.tensor([1] * 6 + [0, 2, -1, 0], dtype=torch.int32, device=CUDA)
+    pos = torch.tensor(
+        [1000, 1001, 1002, 1003, 1004, 1299, 699, 89, 5, 0], dtype=torch.int32, device=CUDA
+    )
+    q, w = make_queries(len(req), 32, 128, seed=seed + 1, device=CUDA)
+    return sc, q, w, req, pos
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "fp8_index"])
+def test_gpu_logits_vs_float64(fmt: str) -> None:
+    sc, q, w, req, pos = flash_setup(fmt, 1)
+    got = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1)
+    ref, bound = reference_logits(sc, q.cpu(), w.cpu(), req.cpu(), pos.cpu(), 1, got.shape[1])
+    got = got.cpu()
+    assert torch.equal(torch.isinf(got), torch.isinf(ref))
+    fin = torch.isfinite(ref)
+    assert bool(((got.double() - ref).abs()[fin] <= 1e-4 * bound[fin] + 1e-30).all())
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "fp8_index"])
+def test_gpu_fused_unfused_and_row_invariance(fmt: str) -> None:
+    sc, q, w, req, pos = flash_setup(fmt, 2)
+    args = (sc.cache, sc.block_table)
+    nv = visible_entries(req, pos, 1)
+    fused = paged_index_topk(q, w, *args, req, pos, 1, 512)
+    logits = index_logits(q, w, *args, req, pos, 1)
+    assert torch.equal(fused, index_topk(logits, nv, 512))
+    assert torch.equal(fused.cpu(), index_topk(logits.cpu(), nv.cpu(), 512, backend="torch"))
+    for i in range(len(req)):  # decode rows alone
+        s = slice(i, i + 1)
+        assert torch.equal(paged_index_topk(q[s], w[s], *args, req[s], pos[s], 1, 512), fused[s])
+        assert torch.equal(index_logits(q[s], w[s], *args, req[s], pos[s], 1), logits[s])
+    rep = 40  # 400 rows
+    big = paged_index_topk(
+        q.repeat(rep, 1, 1), w.repeat(rep, 1), *args, req.repeat(rep), pos.repeat(rep), 1, 512
+    )
+    assert torch.equal(big, fused.repeat(rep, 1))
+    big_l = index_logits(
+        q.repeat(rep, 1, 1), w.repeat(rep, 1), *args, req.repeat(rep), pos.repeat(rep), 1
+    )
+    assert torch.equal(big_l, logits.repeat(rep, 1))
+    cand = candidate_blocks(logits, nv, 16, 8)
+    assert torch.equal(cand.cpu(), candidate_blocks(logits.cpu(), nv.cpu(), 16, 8, backend="torch"))
+    fc = paged_index_topk(q, w, *args, req, pos, 1, 512, candidates=cand)
+    assert torch.equal(fc, index_topk(torch.where(cand, logits, float("-inf")), nv, 512))
+
+
+def test_gpu_million_entry_rows() -> None:
+    n = (1 << 20) + 300
+    ps = 64
+    pages = -(-n // ps)
+    g = torch.Generator(device=CUDA).manual_seed(3)
+    cache = PagedCache.allocate("mxfp4", 128, ps, pages + 2, page_stride=ps * 68 + 512, device=CUDA)
+    cache.storage.copy_(
+        torch.randint(0, 256, cache.storage.shape, dtype=torch.uint8, device=CUDA, generator=g)
+    )
+    sc = cache.scale_view()
+    sc.copy_(torch.randint(122, 128, sc.shape, dtype=torch.uint8, device=CUDA, generator=g))
+    table = (
+        torch.randperm(pages + 2, device=CUDA, generator=g)[:pages].to(torch.int32).view(1, pages)
+    )
+    q, w = make_queries(3, 32, 128, seed=4, device=CUDA)
+    req = torch.zeros(3, dtype=torch.int32, device=CUDA)
+    pos = torch.tensor([n - 1, (1 << 20) - 1, 70000], dtype=torch.int32, device=CUDA)
+    args = (q, w, cache, table, req, pos, 1)
+    got = paged_index_topk(*args, 512)
+    logits = index_logits(*args)
+    nv = visible_entries(req, pos, 1)
+    assert torch.equal(got, index_topk(logits, nv, 512, backend="torch"))
+    assert bool((got >= 0).all()) and bool((got.diff(dim=1) > 0).all())
+    # Several segments (running merge) and a row alone give the same answer.
+    assert torch.equal(paged_index_topk(*args, 512, segment=1 << 16), got)
+    one = paged_index_topk(q[1:2], w[1:2], cache, table, req[1:2], pos[1:2], 1, 512)
+    assert torch.equal(one, got[1:2])
+
+
+def test_gpu_cuda_graph_replay_equals_eager() -> None:
+    sc, q, w, req, pos = flash_setup("mxfp4", 5)
+    args = (q, w, sc.cache, sc.block_table, req, pos, 1)
+    eager = paged_index_topk(*args, 512, validate=False)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        paged_index_topk(*args, 512, validate=False)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = paged_index_topk(*args, 512, validate=False)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+def test_gpu_bf16_logits() -> None:
+    sc, q, w, req, pos = flash_setup("mxfp4", 6)
+    args = (q, w, sc.cache, sc.block_table, req, pos, 1)
+    f32 = index_logits(*args)
+    b16 = index_logits(*args, out_dtype=torch.bfloat16)
+    assert torch.equal(b16, f32.to(torch.bfloat16))
