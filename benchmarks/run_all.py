@@ -26,6 +26,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--only", default=",".join(BENCHES))
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per benchmark")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -34,9 +35,14 @@ def main() -> int:
         cmd = [sys.executable, *BENCHES[name], "--json", str(out / f"{name}.json")]
         if name == "attention":
             cmd += ["--plot", str(out / "attention_tflops.png")]
+        if name == "runner":
+            cmd += ["--markdown", str(out / "runner.md"), "--plot", str(out / "runner_decode.png")]
         print(f"=== bench {name}: {' '.join(cmd[1:])}", flush=True)
-        if subprocess.run(cmd).returncode != 0:
-            failed.append(name)
+        try:
+            if subprocess.run(cmd, timeout=args.timeout).returncode != 0:
+                failed.append(name)
+        except subprocess.TimeoutExpired:
+            failed.append(f"{name} (timed out after {args.timeout} s)")
     print(f"results in {out}; failed: {failed or 'none'}")
     return 1 if failed else 0
 

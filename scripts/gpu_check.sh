@@ -23,10 +23,11 @@ python3 -c "import xdist" 2>/dev/null && workers=(-n "${GPU_TEST_WORKERS:-4}")
 for pkg in ${GPU_PACKAGES:-cache indexer attention runner}; do
   echo "=== gpu tests: ds41-$pkg"
   python3 -m pytest -q -m gpu "packages/ds41-$pkg/tests" -p no:cacheprovider "${workers[@]}" \
-    --junitxml="$out/gpu-tests-$pkg.xml" || status=1
+    || status=1
 done
 echo "=== gpu tests: integration"
 python3 -m pytest -q -m gpu tests -p no:cacheprovider || { rc=$?; [ $rc -eq 5 ] || status=1; }
 echo "=== benchmarks"
-python3 benchmarks/run_all.py --out "$out" ${BENCH_ONLY:+--only "$BENCH_ONLY"} || status=1
+python3 benchmarks/run_all.py --out "$out" ${BENCH_ONLY:+--only "$BENCH_ONLY"} \
+  ${BENCH_TIMEOUT:+--timeout "$BENCH_TIMEOUT"} || status=1
 exit $status
