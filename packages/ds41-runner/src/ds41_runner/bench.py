@@ -149,6 +149,7 @@ def run(
     warmup: int,
     prefill_chunk: int,
     progress: Callable[[str], None] = print,
+    checkpoint: Callable[[list[Point]], None] | None = None,
 ) -> list[Point]:
     points: list[Point] = []
     failures: list[str] = []
@@ -221,6 +222,8 @@ def run(
                                 prefill_tok_s,
                             )
                         )
+                        if checkpoint is not None:
+                            checkpoint(points)
             del kv
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -365,26 +368,26 @@ def main(argv: list[str] | None = None) -> int:
             prefill_chunk=1024,
             graphs=["eager", "cuda_graph"],
         )
+    env = environment(device)
+
+    def write(points: list[Point]) -> None:
+        if args.json:
+            payload = {"env": env, "points": [asdict(p) for p in points], "ratios": ratios(points)}
+            args.json.write_text(json.dumps(payload, indent=1))
+        if args.markdown:
+            args.markdown.write_text(markdown(points, env))
+
     points = run(
         cfg,
+        checkpoint=write,
         device=device,
         kv_dtypes=["nvfp4_ds_mla", "fp8_ds_mla"],
         modes=["bi", "fast"],
         progress=lambda s: print(f"[bench] {s}", flush=True),
         **kw,
     )
-    env = environment(device)
-    md = markdown(points, env)
-    print(md)
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {"env": env, "points": [asdict(p) for p in points], "ratios": ratios(points)},
-                indent=1,
-            )
-        )
-    if args.markdown:
-        args.markdown.write_text(md)
+    print(markdown(points, env))
+    write(points)
     if args.plot:
         plot(points, args.plot)
     return 0
