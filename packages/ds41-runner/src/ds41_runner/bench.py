@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 import traceback
@@ -102,7 +103,7 @@ def _decode_ms(
     """Milliseconds per decode step of `batch` rows (requests 0..batch-1) at `context`."""
     device = kv.device
     req = torch.arange(batch, dtype=torch.int32, device=device)
-    tok = torch.randint(0, model.vocab_size, (batch,), device=device)
+    tok = torch.randint(0, model.vocab_size, (batch,)).to(device)
     # A few positions in rotation, all already reserved: the step re-writes its own rows.
     positions = [
         torch.full((batch,), context + i, dtype=torch.int32, device=device) for i in range(4)
@@ -128,7 +129,7 @@ def _prefill_ms(
 ) -> list[float]:
     """Milliseconds for one request appending `rows` prefill rows to a `context` history."""
     device = kv.device
-    tok = torch.randint(0, model.vocab_size, (rows,), device=device)
+    tok = torch.randint(0, model.vocab_size, (rows,)).to(device)
     reqs = torch.full((rows,), req, dtype=torch.int32, device=device)
     pos = torch.arange(context, context + rows, dtype=torch.int32, device=device)
     return _time(lambda: model.forward(tok, reqs, pos, kv, validate=False), device, iters, 1)
@@ -319,6 +320,7 @@ def environment(device: torch.device) -> dict[str, str]:
         ).stdout.strip()
     except OSError:
         commit = ""
+    commit = os.environ.get("DS41_COMMIT", commit)  # the GPU machine gets no .git
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return {
         "gpu": gpu,

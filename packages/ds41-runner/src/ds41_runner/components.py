@@ -141,7 +141,10 @@ class IndexerImpl:
             validate=validate,
         )  # fmt: skip
         n_vis = torch.where(req_idx >= 0, (pos + 1) // ratio, torch.zeros_like(pos))
-        return index_topk(logits.to(torch.float32), n_vis.to(torch.int32), k)  # type: ignore[no-any-return]
+        return index_topk(  # type: ignore[no-any-return]
+            logits.to(torch.float32), n_vis.to(torch.int32), k, backend=self.backend,
+            validate=validate,
+        )  # fmt: skip
 
 
 class Fp32FusedIndexer(IndexerImpl):
