@@ -1,0 +1,101 @@
+"""Where a flash_mini decode step spends its GPU time, mode=bi against mode=fast.
+
+    python benchmarks/profile_step.py [--batch 1,64] [--context 4096] [--steps 5]
+
+Runs the runner's real forward on a synthetic history (as `ds41_runner.bench` does) and prints,
+per mode and batch, the GPU kernels ranked by total device time over `--steps` decode steps
+(torch.profiler), grouped into stages: linear layers, attention, indexer, cache writes, other.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from ds41_runner.bench import _fill_synthetic_history
+from ds41_runner.model import KVState, Model, ModelConfig
+
+STAGES = {
+    "matmul": "linear",
+    "gemm": "linear",
+    "gemv": "linear",
+    "cutlass": "linear",
+    "nvjet": "linear",  # cuBLAS (mode=fast)
+    "splitk": "linear",
+    "sparse_attn": "attention",
+    "attention": "attention",
+    "combine": "attention",
+    "logits": "indexer",
+    "topk": "indexer",
+    "merge": "indexer",
+    "stage1": "indexer",
+    "select": "indexer",
+    "insert": "cache write",
+    "quant": "cache write",
+}
+
+
+def stage_of(name: str) -> str:
+    low = name.lower()
+    for key, stage in STAGES.items():
+        if key in low:
+            return stage
+    return "other"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--batch", default="1,64")
+    ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    cfg = ModelConfig.preset("flash_mini")
+    batches = [int(b) for b in args.batch.split(",")]
+    kv = KVState(
+        cfg,
+        kv_dtype="nvfp4_ds_mla",
+        max_requests=max(batches),
+        max_tokens_per_request=args.context + 8,
+        num_pages=max(batches) * (-(-(args.context + 8) // 64)) + 1,
+        page_size=64,
+        device=dev,
+    )
+    for r in range(max(batches)):
+        kv.reserve(r, args.context + 8)
+    _fill_synthetic_history(kv, seed=0)
+    for mode in ("bi", "fast"):
+        model = Model(cfg, mode=mode, device=dev, seed=0)
+        for b in batches:
+            tok = torch.randint(0, cfg.vocab_size, (b,)).to(dev)
+            req = torch.arange(b, dtype=torch.int32, device=dev)
+            pos = torch.full((b,), args.context, dtype=torch.int32, device=dev)
+            for _ in range(3):
+                model.forward(tok, req, pos, kv, validate=False)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(args.steps):
+                    model.forward(tok, req, pos, kv, validate=False)
+                torch.cuda.synchronize()
+            per_stage: dict[str, float] = defaultdict(float)
+            rows = []
+            for ev in prof.key_averages():
+                us = ev.device_time_total / args.steps
+                if us <= 0:
+                    continue
+                per_stage[stage_of(ev.key)] += us
+                rows.append((us, ev.count // args.steps, ev.key[:70]))
+            total = sum(per_stage.values())
+            head = f"mode={mode} batch={b} context={args.context}"
+            print(f"\n== {head}: {total:.0f} us of kernels/step")
+            for stage, us in sorted(per_stage.items(), key=lambda kv_: -kv_[1]):
+                print(f"   {stage:12s} {us:9.0f} us  {us / total:6.1%}")
+            for us, n, name in sorted(rows, reverse=True)[:8]:
+                print(f"   {us:9.0f} us  x{n:<4d} {name}")
+
+
+if __name__ == "__main__":
+    main()
