@@ -1,7 +1,7 @@
 """Torch implementations of SPEC section 8: the float64 reference and the bf16-faithful path.
 
 `reference_sparse_attention` is the independent oracle of the tests: every entry is decoded
-with the cache package's codec, the softmax runs in float64 over all rows at once.
+with the cache package's torch gather, the softmax runs in float64 over all rows at once.
 `torch_sparse_attention` is what the runner uses on CPU: entries decoded to bf16, fp32 scores
 and softmax, one row at a time so that a row's bits never depend on the other rows.
 """
@@ -13,18 +13,8 @@ import math
 import torch
 
 from ds41_cache import PagedCache, empty
-from ds41_cache.codec import decode
 
-from .records import _rows, gather_decode
-
-
-def _codec_gather(cache: PagedCache, slots: torch.Tensor) -> torch.Tensor:
-    """bf16 [N, D] of `slots: [N]` (-1 -> zeros) through `ds41_cache.codec.decode`."""
-    flat = slots.reshape(-1).long()
-    valid = flat >= 0
-    data, scales = _rows(cache, flat.clamp(min=0))
-    out = decode(cache.fmt, data, scales, backend="torch")
-    return torch.where(valid[:, None], out, torch.zeros((), dtype=out.dtype, device=out.device))
+from .records import gather_decode
 
 
 def _entries(
@@ -32,7 +22,7 @@ def _entries(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decoded entries f64 [T, N, D] and their validity bool [T, N] (slot >= 0, j < len)."""
     t, n = slots.shape
-    kv = _codec_gather(cache, slots).to(torch.float64).reshape(t, n, cache.dim)
+    kv = gather_decode(cache, slots).to(torch.float64).reshape(t, n, cache.dim)
     j = torch.arange(n, device=slots.device)
     valid = (slots >= 0) & (j[None, :] < lens[:, None].long())
     return kv, valid
