@@ -11,32 +11,22 @@ from __future__ import annotations
 import torch
 
 from ds41_cache.alloc import empty
-from ds41_cache.formats import MXFP4_BLOCK
+from ds41_cache.insert import gather
 from ds41_cache.paged import PagedCache
 
 BF16_MAX = torch.finfo(torch.bfloat16).max
 
-_E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-
 
 def decode_index_rows(cache: PagedCache, slots: torch.Tensor) -> torch.Tensor:
-    """Decode index-key rows: slots int64 [...] (all valid) -> float64 [..., Di] (exact)."""
-    page = slots // cache.page_size
-    off = slots % cache.page_size
-    data = cache.data_view()[page, off].to(torch.int64)  # [..., data_bytes]
-    scales = cache.scale_view()[page, off].to(torch.int64)  # [..., scale_bytes]
-    if cache.fmt == "mxfp4":
-        nib = torch.stack((data & 15, data >> 4), dim=-1).flatten(-2)  # element 2i = low nibble
-        grid = torch.tensor(_E2M1_GRID, dtype=torch.float64, device=slots.device)
-        mag = grid[nib & 7]
-        val = torch.where((nib & 8) != 0, -mag, mag)
-        scale = torch.exp2(scales.to(torch.float64) - 127.0)
-        return val * scale.repeat_interleave(MXFP4_BLOCK, dim=-1)
-    if cache.fmt == "fp8_index":
-        codes = data.to(torch.uint8).view(torch.float8_e4m3fn).to(torch.float64)
-        scale = scales.to(torch.uint8).contiguous().view(torch.float32).to(torch.float64)
-        return codes * scale
-    raise ValueError(f"key_cache.fmt must be 'mxfp4' or 'fp8_index', got {cache.fmt!r}")
+    """Decode index-key rows: slots int64 [...] (all valid) -> float64 [..., Di] (exact).
+
+    Decoding is `ds41_cache`'s torch gather; every decoded value is exact in bf16, so the
+    float64 widening loses nothing.
+    """
+    if cache.fmt not in ("mxfp4", "fp8_index"):
+        raise ValueError(f"key_cache.fmt must be 'mxfp4' or 'fp8_index', got {cache.fmt!r}")
+    rows = gather(cache, slots.reshape(-1), backend="torch", validate=False)
+    return rows.to(torch.float64).reshape(*slots.shape, cache.dim)
 
 
 def visible_entries(req_idx: torch.Tensor, pos: torch.Tensor, ratio: int) -> torch.Tensor:
