@@ -130,3 +130,25 @@ def test_readme_example_runs() -> None:
     assert blocks, "README.md lost its usage example"
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
+
+
+def test_lookup_slots_matches_a_host_loop():
+    from ds41_cache import lookup_slots
+
+    g = torch.Generator().manual_seed(3)
+    ps = 4
+    table = torch.randint(0, 50, (3, 5), generator=g, dtype=torch.int32)
+    table[1, 2] = -1  # a released page
+    req = torch.tensor([0, 1, -1, 2], dtype=torch.int32)
+    pos = torch.randint(0, 24, (4, 6), generator=g)  # columns up to 5: some past the table
+    needed = torch.rand(4, 6, generator=g) < 0.8
+    slots, missing = lookup_slots(table, req, pos, ps, needed)
+    for t in range(4):
+        for j in range(6):
+            r, p = max(int(req[t]), 0), int(pos[t, j])
+            col = p // ps
+            page = int(table[r, col]) if col < table.shape[1] else -1
+            ok = bool(needed[t, j]) and page >= 0
+            assert int(slots[t, j]) == (page * ps + p % ps if ok else -1)
+            assert bool(missing[t, j]) == (bool(needed[t, j]) and page < 0)
+    assert slots.dtype == torch.int64 and bool(missing.any()) and bool((slots >= 0).any())

@@ -21,7 +21,7 @@ from .formats import (
     row_layout,
 )
 from .indices import sparse_paged_indices
-from .paged import PagedCache, default_page_stride
+from .paged import PagedCache, default_page_stride, lookup_slots
 from .rope import RopeConfig, apply_rope, rope_freqs
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "default_page_stride",
     "empty",
     "encode",
+    "lookup_slots",
     "poisoned_allocations",
     "quantize_dequantize",
     "resolve_backend",

@@ -110,3 +110,29 @@ class PagedCache:
                 f"{name} must lie in [-1, {self.num_slots}) for a cache of {self.num_pages} pages "
                 f"x {self.page_size} tokens, got values in [{lo}, {hi}]"
             )
+
+
+def lookup_slots(
+    block_table: torch.Tensor,
+    req_idx: torch.Tensor,
+    positions: torch.Tensor,
+    page_size: int,
+    needed: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slots of `positions` on the device, without host syncs (CUDA-graph safe).
+
+    block_table: int32 [R, P]; req_idx: [T] (negative = padding, read as row 0);
+    positions: int [T] or [T, N]; needed: bool, same shape as positions.
+    Returns (slots int64 = `block_table[r][p // page_size] * page_size + p % page_size`
+    where needed and the page exists, else -1; missing bool = needed but no page, or a column
+    past the table).
+    """
+    pos = positions.to(torch.int64).clamp(min=0)
+    rows = req_idx.to(torch.int64).clamp(min=0)
+    rows = rows.reshape(rows.shape + (1,) * (pos.dim() - rows.dim()))
+    cols = pos // page_size
+    in_table = cols < block_table.shape[1]
+    page = block_table[rows, cols.clamp(max=block_table.shape[1] - 1)].to(torch.int64)
+    have = needed & in_table & (page >= 0)
+    slots = torch.where(have, page * page_size + pos % page_size, torch.full_like(pos, -1))
+    return slots, needed & ~have

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 import torch
 
+from ds41_cache.paged import lookup_slots
+
 from ..ops.linear import linear
 from ..ops.norm import rmsnorm
 from .config import LayerPlan, ModelConfig
@@ -58,13 +60,8 @@ def entry_slots(
     block_table: torch.Tensor, req_idx: torch.Tensor, entry: torch.Tensor, ok: torch.Tensor,
     page_size: int,
 ) -> torch.Tensor:  # fmt: skip
-    """int64 slots `block_table[r][e // ps] * ps + e % ps` where `ok`, else -1 (no host sync)."""
-    r = req_idx.clamp(min=0).to(torch.int64)
-    e = entry.clamp(min=0).to(torch.int64)
-    col = (e // page_size).clamp(max=block_table.shape[1] - 1)
-    page = block_table[r, col].to(torch.int64)
-    slot = page * page_size + e % page_size
-    return torch.where(ok & (page >= 0), slot, torch.full_like(slot, -1))
+    """int64 slots of `entry` ([T]) where `ok` and the page exists, else -1 (no host sync)."""
+    return lookup_slots(block_table, req_idx, entry, page_size, ok)[0]
 
 
 def attention_block(

@@ -9,22 +9,7 @@ from __future__ import annotations
 
 import torch
 
-
-def _lookup(
-    table: torch.Tensor,
-    rows: torch.Tensor,
-    positions: torch.Tensor,
-    page_size: int,
-    needed: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slots of `positions` ([T, N] int64) in `table` rows `rows` ([T] int64), -1 unless
-    `needed`; also the `needed` entries whose page is absent."""
-    cols = positions // page_size
-    in_table = cols < table.shape[1]
-    page = table[rows[:, None], cols.clamp(0, table.shape[1] - 1)].to(torch.int64)
-    have = needed & in_table & (page >= 0)
-    slots = torch.where(have, page * page_size + positions % page_size, -1)
-    return slots, needed & ~have
+from ...paged import lookup_slots
 
 
 def sparse_paged_indices(
@@ -48,7 +33,8 @@ def sparse_paged_indices(
     lo = torch.maximum((p - window + 1).clamp(min=0), replay_start[r].to(torch.int64))
     swa_len = torch.where(pad, 0, (p - lo + 1).clamp(min=0))
     j = torch.arange(window, device=pos.device)
-    swa, missing = _lookup(swa_block_table, r, lo[:, None] + j, swa_page_size, j < swa_len[:, None])
+    needed = j < swa_len[:, None]
+    swa, missing = lookup_slots(swa_block_table, r, lo[:, None] + j, swa_page_size, needed)
     missing = missing.any(dim=1)
     if ratio == 0 or topk_entries is None:
         return swa.to(torch.int32), swa_len.to(torch.int32), None, None, missing
@@ -56,7 +42,7 @@ def sparse_paged_indices(
     e = topk_entries.to(torch.int64)
     n_visible = (p + 1) // ratio
     valid = (e >= 0) & (e < n_visible[:, None]) & ~pad[:, None]
-    comp, comp_missing = _lookup(comp_block_table, r, e.clamp(min=0), comp_page_size, valid)
+    comp, comp_missing = lookup_slots(comp_block_table, r, e.clamp(min=0), comp_page_size, valid)
     # Valid entries first, in their top-k order (ascending); the sort keys are unique.
     k = torch.arange(e.shape[1], device=e.device)
     order = torch.argsort(torch.where(valid, k, k + e.shape[1]), dim=1)
