@@ -188,8 +188,9 @@ class CompressorImpl:
 
 
 class RingCompressor(CompressorImpl):
-    """Ring-buffered compressor: pooling reads both rows of a group back from the fp32 ring,
-    so a latent never depends on where a chunk boundary fell (SPEC section 5)."""
+    """Ring-buffered compressor: a group's first row comes from the same call when it is there,
+    else from the fp32 ring, with the same fp32 bits either way, so a latent never depends on
+    where a chunk boundary fell (SPEC section 5)."""
 
     batch_invariant = True
     name = "ring"
