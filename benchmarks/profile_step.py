@@ -25,6 +25,7 @@ STAGES = {
     "cutlass": "linear",
     "nvjet": "linear",  # cuBLAS (mode=fast)
     "splitk": "linear",
+    "reduce_segments": "linear",  # the invariant matmul's fixed-order segment sum
     "sparse_attn": "attention",
     "attention": "attention",
     "combine": "attention",

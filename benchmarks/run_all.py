@@ -1,6 +1,6 @@
 """Run every ds41 benchmark in one process tree and collect their JSON results.
 
-    python benchmarks/run_all.py [--out DIR] [--only cache,indexer,attention,runner]
+    python benchmarks/run_all.py [--out DIR] [--only cache,indexer,attention,matmul,runner]
 
 Each package's benchmark is a module (`python -m ds41_<pkg>.bench`) that prints its own table
 and writes `--json`; this script runs them in turn (a failure in one does not stop the rest)
@@ -18,6 +18,7 @@ BENCHES: dict[str, list[str]] = {
     "cache": ["-m", "ds41_cache.bench"],
     "indexer": ["-m", "ds41_indexer.bench"],
     "attention": ["-m", "ds41_attention.bench"],
+    "matmul": ["-m", "ds41_runner.matmul_bench"],
     "runner": ["-m", "ds41_runner.bench"],
 }
 
@@ -35,6 +36,8 @@ def main() -> int:
         cmd = [sys.executable, *BENCHES[name], "--json", str(out / f"{name}.json")]
         if name == "attention":
             cmd += ["--plot", str(out / "attention_tflops.png")]
+        if name == "matmul":
+            cmd += ["--markdown", str(out / "matmul.md")]
         if name == "runner":
             cmd += ["--markdown", str(out / "runner.md"), "--plot", str(out / "runner_decode.png")]
         print(f"=== bench {name}: {' '.join(cmd[1:])}", flush=True)

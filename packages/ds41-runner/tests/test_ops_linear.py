@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ds41_runner.ops.linear import linear
+from ds41_runner.ops.linear import grouped_linear, linear
 from ds41_runner.ops.matmul.naive import reference_matmul
 
 
@@ -101,3 +101,107 @@ def test_gpu_rows_bitwise_for_any_batch():
     for m in (1, 7, 64, 129):
         assert torch.equal(linear(x[:m], w, mode="bi"), full[:m])
         assert torch.equal(linear(x[-m:], w, mode="bi"), full[-m:])
+
+
+def test_plan_depends_on_the_weight_only():
+    from ds41_runner.ops.matmul.plan import MIN_SEG_TILES, TARGET_PROGRAMS, plan_matmul
+
+    for n, k, g in [(256, 1024, 1), (32768, 256, 1), (256, 4096, 8), (32, 576, 1), (7, 1, 1)]:
+        p = plan_matmul(n, k, g)
+        # Segments cover every K tile once, and none is empty.
+        assert (p.n_segs - 1) * p.seg_tiles < p.k_tiles <= p.n_segs * p.seg_tiles
+        assert p.n_segs == 1 or p.seg_tiles >= MIN_SEG_TILES
+    # Narrow weights are cut until the launch has TARGET_PROGRAMS programs (or 2-tile segments).
+    p = plan_matmul(256, 4096, 8)
+    assert p.n_segs * p.n_tiles * p.groups == TARGET_PROGRAMS
+    assert plan_matmul(32, 1024).seg_tiles == MIN_SEG_TILES
+    # Only the launch's parallelism looks at M.
+    p = plan_matmul(256, 1024)
+    assert p.n_segs == 8 and p.split(1) and p.split(64) and not p.split(64 * 40)
+    with pytest.raises(ValueError, match="positive"):
+        plan_matmul(0, 64)
+
+
+def test_grouped_linear_torch_and_fast():
+    x, _ = _data(6, 1, 3 * 40, seed=11)
+    x = x.view(6, 3, 40)
+    w = (torch.randn(3, 24, 40, generator=torch.Generator().manual_seed(12)) / 6).to(x.dtype)
+    got = grouped_linear(x, w, backend="torch", out_dtype=torch.float32)
+    assert got.shape == (6, 72)
+    for i in range(3):
+        ref = reference_matmul(x[:, i], w[i])
+        assert torch.allclose(got[:, i * 24 : (i + 1) * 24].double(), ref, rtol=1e-5, atol=1e-5)
+        blk = linear(x[:, i], w[i], backend="torch", out_dtype=torch.float32)
+        assert torch.equal(got[:, i * 24 : (i + 1) * 24], blk)
+    fast = grouped_linear(x, w, mode="fast", out_dtype=torch.float32)
+    assert torch.allclose(fast, got, rtol=1e-2, atol=1e-2)
+    with pytest.raises(ValueError, match=r"w must be \[3, N, 40\]"):
+        grouped_linear(x, w[:2])
+    with pytest.raises(ValueError, match="3-D"):
+        grouped_linear(x[0], w)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("groups,n,k", [(1, 72, 600), (3, 24, 260)])
+def test_triton_segments_split_or_not_same_bits(device, groups, n, k):
+    from ds41_runner.ops.matmul.plan import plan_matmul
+    from ds41_runner.ops.matmul.triton_kernels import launch_matmul
+
+    g = torch.Generator().manual_seed(13 + k)
+    x = (torch.randn(70, groups, k, generator=g) * 2).to(torch.bfloat16).to(device)
+    w = (torch.randn(groups, n, k, generator=g) / k**0.5).to(torch.bfloat16).to(device)
+    plan = plan_matmul(n, k, groups)
+    assert plan.n_segs > 1
+    outs = []
+    for split in (False, True):
+        out = torch.full((70, groups * n), float("nan"), device=device)
+        outs.append(launch_matmul(x, w, out, plan, upcast=True, ieee_fp32=True, split=split))
+    assert not outs[0].isnan().any()
+    assert torch.equal(outs[0], outs[1])
+    via_api = grouped_linear(x, w, backend="triton", out_dtype=torch.float32)
+    assert torch.equal(via_api, outs[0])
+    for start, m in ((0, 1), (69, 1), (20, 9)):
+        part = grouped_linear(x[start : start + m], w, backend="triton", out_dtype=torch.float32)
+        assert torch.equal(part, outs[0][start : start + m])
+    for i in range(groups):
+        ref = reference_matmul(x[:, i].cpu(), w[i].cpu())
+        tol = 1e-5 * (x[:, i].double().abs() @ w[i].double().abs().T).cpu() + 1e-6
+        assert ((outs[0][:, i * n : (i + 1) * n].double().cpu() - ref).abs() <= tol).all()
+
+
+@pytest.mark.interpreter
+def test_matmul_bench_smoke(monkeypatch, capsys):
+    from ds41_runner import matmul_bench
+
+    assert matmul_bench.main(["--smoke"]) == 0
+    assert capsys.readouterr().out.count("ok") == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["wq_a", "wo_a (grouped)", "wo_b", "lm_head", "wq_b"])
+def test_gpu_flash_mini_shapes_split_and_rows_bitwise(name):
+    from ds41_runner.matmul_bench import check, flash_mini_shapes
+    from ds41_runner.model import ModelConfig
+
+    shape = {s.name: s for s in flash_mini_shapes(ModelConfig.preset("flash_mini"))}[name]
+    for m in (1, 7, 64, 129, 300):
+        check(shape, m, torch.device("cuda"), interp=False)
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replay_equals_eager():
+    x, w = _data(64, 1024, 2048, seed=14)
+    x, w = x.cuda(), w.cuda()
+    eager = linear(x, w)
+    static_out = {}
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        linear(x, w)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out["y"] = linear(x, w)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out["y"], eager)

@@ -9,7 +9,7 @@ import torch
 
 from ds41_cache.paged import lookup_slots
 
-from ..ops.linear import linear
+from ..ops.linear import grouped_linear, linear
 from ..ops.norm import rmsnorm
 from .config import LayerPlan, ModelConfig
 from .kv import KVState
@@ -51,6 +51,9 @@ class Runtime:
 
     def lin(self, x: torch.Tensor, w: torch.Tensor, **kw: Any) -> torch.Tensor:
         return linear(x, w, mode=self.mode, backend=self.backend, **kw)
+
+    def grouped_lin(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return grouped_linear(x, w, mode=self.mode, backend=self.backend)
 
     def norm(self, x: torch.Tensor, w: torch.Tensor, eps: float, **kw: Any) -> torch.Tensor:
         return rmsnorm(x, w, eps, backend=self.backend, **kw)
@@ -129,8 +132,7 @@ def attention_block(
     out = apply_rope(out, ctx.pos, freqs, inverse=True)
     g = cfg.o_groups
     grouped = out.reshape(t, g, (h * d) // g)
-    parts = [rt.lin(grouped[:, i], lw.wo_a[i]) for i in range(g)]
-    return rt.lin(torch.cat(parts, dim=1), lw.wo_b)
+    return rt.lin(rt.grouped_lin(grouped, lw.wo_a), lw.wo_b)
 
 
 def _compress(

@@ -10,6 +10,7 @@ from ds41_cache.alloc import empty
 from ds41_cache.backend import interpreter_active, resolve_backend
 
 from .matmul.naive import rowwise_matmul
+from .matmul.plan import plan_matmul
 
 Mode = Literal["bi", "fast"]
 MODES: tuple[str, ...] = ("bi", "fast")
@@ -19,6 +20,18 @@ _FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 def check_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def _check_operands(x: torch.Tensor, w: torch.Tensor, x_dims: int) -> None:
+    shapes = "([M, K], [N, K])" if x_dims == 2 else "([M, G, K], [G, N, K])"
+    if x.dim() != x_dims or w.dim() != x_dims:
+        raise ValueError(
+            f"x and w must be {x_dims}-D {shapes}, got {list(x.shape)}, {list(w.shape)}"
+        )
+    if x.dtype not in _FLOATS or w.dtype not in _FLOATS:
+        raise TypeError(f"x and w must be bf16/fp16/fp32, got {x.dtype}, {w.dtype}")
+    if x.device != w.device:
+        raise ValueError(f"w is on {w.device}, x on {x.device}")
 
 
 def linear(
@@ -34,36 +47,78 @@ def linear(
 
     Accumulation is fp32. `fp32=True` upcasts both operands to fp32 first (the compressor's
     projections, SPEC section 5). Mode "bi": each row's result is independent of M and of the
-    other rows (Triton: fixed tiles, no split-K; torch: per-row products). Mode "fast":
-    `torch.matmul`, whose blocking may depend on M.
+    other rows (Triton: tiles and K segments fixed by the weight's shape, `matmul.plan`;
+    torch: per-row products). Mode "fast": `torch.matmul`, whose blocking may depend on M.
     """
     check_mode(mode)
-    if x.dim() != 2 or w.dim() != 2:
-        raise ValueError(
-            f"x and w must be 2-D ([M, K], [N, K]), got {list(x.shape)}, {list(w.shape)}"
-        )
+    _check_operands(x, w, 2)
     if x.shape[1] != w.shape[1]:
         raise ValueError(f"w must be [N, {x.shape[1]}] to match x's K, got {list(w.shape)}")
-    if x.dtype not in _FLOATS or w.dtype not in _FLOATS:
-        raise TypeError(f"x and w must be bf16/fp16/fp32, got {x.dtype}, {w.dtype}")
-    if x.device != w.device:
-        raise ValueError(f"w is on {w.device}, x on {x.device}")
+    return _dispatch(x.unsqueeze(1), w.unsqueeze(0), mode, out_dtype, fp32, backend)
+
+
+def grouped_linear(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    mode: str = "bi",
+    out_dtype: torch.dtype | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """`x: [M, G, K]`, `w: [G, N, K]` -> `[M, G * N]`, block g = `x[:, g] @ w[g]^T`.
+
+    One launch for all groups (the output projection's `wo_a`). Mode "bi": rows are
+    independent of M as in `linear`; the K segmentation is planned from the whole `[G, N, K]`
+    weight, so a group's bits may differ from `linear(x[:, g], w[g])` on Triton.
+    """
+    check_mode(mode)
+    _check_operands(x, w, 3)
+    if x.shape[1] != w.shape[0] or x.shape[2] != w.shape[2]:
+        raise ValueError(
+            f"w must be [{x.shape[1]}, N, {x.shape[2]}] to match x's groups and K, "
+            f"got {list(w.shape)}"
+        )
+    return _dispatch(x, w, mode, out_dtype, False, backend)
+
+
+def _dispatch(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    mode: str,
+    out_dtype: torch.dtype | None,
+    fp32: bool,
+    backend: str,
+) -> torch.Tensor:
+    """`x: [M, G, K]`, `w: [G, N, K]` (checked) -> `[M, G * N]`."""
+    m, g, _ = x.shape
+    n = w.shape[1]
     dtype = x.dtype if out_dtype is None else out_dtype
     if fp32:
         x, w = x.to(torch.float32), w.to(torch.float32)
     if mode == "fast":
         if x.dtype != w.dtype:
             w = w.to(x.dtype)
-        return torch.matmul(x, w.T).to(dtype)
+        if g == 1:
+            return torch.matmul(x[:, 0], w[0].T).to(dtype)
+        return (
+            torch.bmm(x.transpose(0, 1), w.transpose(1, 2))
+            .transpose(0, 1)
+            .reshape(m, g * n)
+            .to(dtype)
+        )
     if resolve_backend(backend, x.device) == "torch":
-        return rowwise_matmul(x, w, dtype)
+        parts = [rowwise_matmul(x[:, i], w[i], dtype) for i in range(g)]
+        return parts[0] if g == 1 else torch.cat(parts, dim=1)
     from .matmul.triton_kernels import launch_matmul
 
     interp = interpreter_active()
     if x.dtype != w.dtype:
         x, w = x.to(torch.float32), w.to(torch.float32)
-    out = empty((x.shape[0], w.shape[0]), dtype, x.device)
-    if x.shape[0] == 0 or w.shape[0] == 0:
+    out = empty((m, g * n), dtype, x.device)
+    if m == 0 or n == 0:
         return out
+    if w.shape[2] == 0:
+        return out.zero_()
     ieee = x.dtype == torch.float32 or interp
-    return launch_matmul(x, w, out, interp, ieee)
+    plan = plan_matmul(n, w.shape[2], g)
+    return launch_matmul(x, w, out, plan, upcast=interp, ieee_fp32=ieee)

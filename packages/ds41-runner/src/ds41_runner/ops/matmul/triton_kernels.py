@@ -1,64 +1,67 @@
 # mypy: disallow-untyped-defs=False, disallow-incomplete-defs=False, check-untyped-defs=False
-"""Fixed-tile Triton matmul `out = x @ w^T` with no split-K.
+"""Batch-invariant Triton matmul `out[:, g*N:(g+1)*N] = x[:, g] @ w[g]^T` (groups g).
 
-Tile sizes are constants of the module, never chosen from M (the K-tile count is a
-constexpr: one compile per weight width, and loops over a runtime bound fail under the CPU
-interpreter), so each output element is the
-same sequence of BLOCK_K-wide dot steps whatever the row count or the row's position.
+Tiles and the K segmentation come from `plan.MatmulPlan` (the weight's shape), never from M;
+segment and tile counts are constexprs (one compile per weight shape; loops over a runtime
+bound fail under the CPU interpreter). `SPLIT=False`: one program runs all segments of its
+tile, adding each segment's chain to its total as the segment ends; `SPLIT=True`: program z
+runs segment z and stores its fp32 chain, and `reduce_segments_kernel` adds the chains in
+ascending order. Same operations in the same order, so the same bits.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-BLOCK_M = 64
-BLOCK_N = 64
-BLOCK_K = 64
-NUM_WARPS = 4
-NUM_STAGES = 3
+from ds41_cache.alloc import empty
+
+from .plan import BLOCK_K, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_WARPS, MatmulPlan
+
+REDUCE_BLOCK = 1024
 
 
 # M is never specialized (Triton would otherwise compile a separate kernel for M == 1 or
 # M % 16 == 0): one compiled kernel serves every row count.
 @triton.jit(do_not_specialize=["M"])
 def matmul_kernel(
-    x_ptr,
-    w_ptr,
-    out_ptr,
-    M,
-    N,
-    K,
-    stride_xm,
-    stride_xk,
-    stride_wn,
-    stride_wk,
-    stride_om,
-    stride_on,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    UPCAST: tl.constexpr,
-    IEEE_FP32: tl.constexpr,
-    K_TILES: tl.constexpr,
-):
+    x_ptr, w_ptr, out_ptr, ws_ptr, M, N, K, N_TILES, NCOLS,
+    stride_xm, stride_xg, stride_xk, stride_wg, stride_wn, stride_wk, stride_om, stride_on,
+    stride_ws,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SEG_TILES: tl.constexpr, N_ITER: tl.constexpr, SPLIT: tl.constexpr,
+    UPCAST: tl.constexpr, IEEE_FP32: tl.constexpr,
+):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    g = pid_n // N_TILES
+    # int64 rows: M * stride overflows int32 for long prefills against a wide weight.
+    rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = (pid_n % N_TILES) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
     n_ok = rn < N
+    xg = x_ptr + g * stride_xg
+    wg = w_ptr + g * stride_wg
+    cols = g * N + rn
+    mask = m_ok[:, None] & n_ok[None, :]
+    # SPLIT: this program runs segment program_id(2) (N_ITER = SEG_TILES); else the grid's
+    # third dimension is 1 and the program runs every segment from tile 0.
+    first = tl.program_id(2) * SEG_TILES
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kt in range(0, K_TILES):
-        k0 = kt * BLOCK_K
+    # One flat loop (a loop per segment would restart the software pipeline every segment);
+    # the accumulator is folded into the total and restarted from zero at segment ends, the
+    # pattern Triton's persistent matmuls use, which it keeps pipelined.
+    for i in range(0, N_ITER):
+        k0 = (first + i) * BLOCK_K
         k_ok = (k0 + rk) < K
         a = tl.load(
-            x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :] * stride_xk,
+            xg + rm[:, None] * stride_xm + (k0 + rk)[None, :] * stride_xk,
             mask=m_ok[:, None] & k_ok[None, :],
             other=0.0,
         )
         b = tl.load(
-            w_ptr + rn[None, :] * stride_wn + (k0 + rk)[:, None] * stride_wk,
+            wg + rn[None, :] * stride_wn + (k0 + rk)[:, None] * stride_wk,
             mask=n_ok[None, :] & k_ok[:, None],
             other=0.0,
         )
@@ -70,40 +73,72 @@ def matmul_kernel(
             acc = tl.dot(a, b, acc, input_precision="ieee")
         else:
             acc = tl.dot(a, b, acc)
-    out = acc.to(out_ptr.dtype.element_ty)
-    tl.store(
-        out_ptr + rm[:, None] * stride_om + rn[None, :] * stride_on,
-        out,
-        mask=m_ok[:, None] & n_ok[None, :],
-    )
+        if i % SEG_TILES == SEG_TILES - 1:
+            total += acc
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SPLIT:
+        # The workspace is [segments, M, NCOLS] fp32, contiguous.
+        tl.store(
+            ws_ptr + tl.program_id(2) * stride_ws + rm[:, None] * NCOLS + cols[None, :],
+            total,
+            mask=mask,
+        )
+    else:
+        tl.store(
+            out_ptr + rm[:, None] * stride_om + cols[None, :] * stride_on,
+            total.to(out_ptr.dtype.element_ty),
+            mask=mask,
+        )
+
+
+@triton.jit(do_not_specialize=["M"])
+def reduce_segments_kernel(
+    ws_ptr, out_ptr, M, NCOLS, stride_ws, stride_om, stride_on,
+    N_SEGS: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """`out[m, c] = ((0 + ws[0, m, c]) + ws[1, m, c]) + ...` in segment order."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < M * NCOLS
+    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    for seg in range(0, N_SEGS):
+        total += tl.load(ws_ptr + seg * stride_ws + offs, mask=ok, other=0.0)
+    m = offs // NCOLS
+    c = offs % NCOLS
+    tl.store(out_ptr + m * stride_om + c * stride_on, total.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 def launch_matmul(
-    x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, upcast: bool, ieee_fp32: bool
+    x: torch.Tensor,
+    w: torch.Tensor,
+    out: torch.Tensor,
+    plan: MatmulPlan,
+    *,
+    upcast: bool,
+    ieee_fp32: bool,
+    split: bool | None = None,
 ) -> torch.Tensor:
-    m, k = x.shape
-    n = w.shape[0]
-    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, BLOCK_N))
+    """`x: [M, G, K]` (any strides), `w: [G, N, K]`, `out: [M, G * N]` (written in place).
+
+    `split=None` lets `plan.split(M)` choose; the bits are the same either way.
+    """
+    m = x.shape[0]
+    g, n, k = w.shape
+    do_split = plan.split(m) if split is None else (split and plan.n_segs > 1)
+    ncols = g * n
+    ws = empty((plan.n_segs, m, ncols), torch.float32, x.device) if do_split else out
+    grid = (triton.cdiv(m, BLOCK_M), g * plan.n_tiles, plan.n_segs if do_split else 1)
     matmul_kernel[grid](
-        x,
-        w,
-        out,
-        m,
-        n,
-        k,
-        x.stride(0),
-        x.stride(1),
-        w.stride(0),
-        w.stride(1),
-        out.stride(0),
-        out.stride(1),
-        BLOCK_M=BLOCK_M,
-        BLOCK_N=BLOCK_N,
-        BLOCK_K=BLOCK_K,
-        UPCAST=upcast,
-        K_TILES=triton.cdiv(k, BLOCK_K),
-        IEEE_FP32=ieee_fp32,
-        num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES,
-    )
+        x, w, out, ws, m, n, k, plan.n_tiles, ncols,
+        x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
+        out.stride(0), out.stride(1), m * ncols,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles * (1 if do_split else plan.n_segs),
+        SPLIT=do_split,
+        UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )  # fmt: skip
+    if do_split:
+        reduce_segments_kernel[(triton.cdiv(m * ncols, REDUCE_BLOCK),)](
+            ws, out, m, ncols, m * ncols, out.stride(0), out.stride(1),
+            N_SEGS=plan.n_segs, BLOCK=REDUCE_BLOCK, num_warps=4,
+        )  # fmt: skip
     return out

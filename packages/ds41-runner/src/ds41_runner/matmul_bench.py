@@ -1,0 +1,274 @@
+"""The batch-invariant matmul on the flash_mini weight shapes: segmented vs one segment vs cuBLAS.
+
+    python -m ds41_runner.matmul_bench [--json PATH] [--markdown PATH] [--rows 1,8,64,256,4096]
+
+For every weight of a flash_mini layer (and the LM head) and every row count it first checks,
+on the same inputs, that the planned kernel is bitwise equal with its segments run in one
+program and split over programs, that a row alone equals the same row inside the batch, and
+that the result is within the fp32-accumulation bound of a float64 reference; then it times
+(CUDA-graph replay, median): the planned kernel as `linear` launches it ("bi"), forced split
+and forced one-program variants, the one-segment plan (the previous kernel: no K segments) and
+`torch.matmul` (cuBLAS, the fast mode). Bandwidth = weight + activations + output bytes per
+call, against the SPEC section 10 copy ceiling (~4.3 TB/s).
+`--smoke` runs two small shapes under the CPU interpreter (correctness only, for the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .bench import environment
+from .model import ModelConfig
+from .ops.matmul.naive import reference_matmul
+from .ops.matmul.plan import MatmulPlan, plan_matmul
+
+COPY_CEILING_GBS = 4300.0
+
+
+@dataclass
+class Shape:
+    name: str
+    groups: int
+    n: int
+    k: int
+
+
+@dataclass
+class Row:
+    """One (shape, rows) measurement; times in microseconds."""
+
+    name: str
+    groups: int
+    n: int
+    k: int
+    rows: int
+    n_segs: int
+    seg_tiles: int
+    auto_split: bool
+    bi_us: float
+    split_us: float | None
+    whole_us: float
+    one_segment_us: float
+    cublas_us: float
+    bi_gbs: float
+
+
+def flash_mini_shapes(cfg: ModelConfig) -> list[Shape]:
+    """The weights a flash_mini step multiplies by (SPEC section 1 roles)."""
+    hd = cfg.heads * cfg.head_dim
+    return [
+        Shape("wq_a", 1, cfg.q_lora_rank, cfg.hidden),
+        Shape("wq_b", 1, hd, cfg.q_lora_rank),
+        Shape("wkv / wkv_c / wgate_c", 1, cfg.head_dim, cfg.hidden),
+        Shape("wo_a (grouped)", cfg.o_groups, cfg.o_lora_rank, hd // cfg.o_groups),
+        Shape("wo_b", 1, cfg.hidden, cfg.o_groups * cfg.o_lora_rank),
+        Shape("w1 / w3", 1, cfg.mlp_hidden, cfg.hidden),
+        Shape("w2", 1, cfg.hidden, cfg.mlp_hidden),
+        Shape("wq_b_idx", 1, cfg.index_heads * cfg.index_head_dim, cfg.q_lora_rank),
+        Shape("wk_idx", 1, cfg.index_head_dim, cfg.head_dim),
+        Shape("weights_proj", 1, cfg.index_heads, cfg.hidden),
+        Shape("lm_head", 1, cfg.vocab_size, cfg.hidden),
+    ]
+
+
+def _operands(s: Shape, m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator(device="cpu").manual_seed(m * 7919 + s.n * 31 + s.k)
+    x = (torch.randn(m, s.groups, s.k, generator=g) * 2).to(torch.bfloat16).to(device)
+    w = (torch.randn(s.groups, s.n, s.k, generator=g) / s.k**0.5).to(torch.bfloat16).to(device)
+    return x, w
+
+
+def _run(
+    x: torch.Tensor, w: torch.Tensor, plan: MatmulPlan, split: bool | None, interp: bool
+) -> torch.Tensor:
+    from .ops.matmul.triton_kernels import launch_matmul
+
+    out = torch.full((x.shape[0], plan.groups * plan.n), float("nan"), device=x.device)
+    return launch_matmul(x, w, out, plan, upcast=interp, ieee_fp32=interp, split=split)
+
+
+def check(s: Shape, m: int, device: torch.device, interp: bool) -> None:
+    """Raise AssertionError unless split == one program == row alone, and near float64."""
+    x, w = _operands(s, m, device)
+    plan = plan_matmul(s.n, s.k, s.groups)
+    whole = _run(x, w, plan, False, interp)
+    assert not whole.isnan().any(), f"{s.name} m={m}: unwritten output"
+    if plan.n_segs > 1:
+        split = _run(x, w, plan, True, interp)
+        assert torch.equal(whole, split), f"{s.name} m={m}: split != one program"
+    last = _run(x[-1:], w, plan, None, interp)
+    assert torch.equal(last, whole[-1:]), f"{s.name} m={m}: row alone != row in batch"
+    for gi in range(s.groups):
+        xs, ws_ = x[:, gi].cpu(), w[gi].cpu()
+        ref = reference_matmul(xs, ws_)
+        bound = 2e-6 * s.k**0.5 * (xs.double().abs() @ ws_.double().abs().T) + 1e-30
+        got = whole[:, gi * s.n : (gi + 1) * s.n].double().cpu()
+        assert ((got - ref).abs() <= bound).all(), f"{s.name} m={m}: off the float64 bound"
+
+
+def _graph_us(fn: Callable[[], Any], reps: int = 20) -> float:
+    """Median microseconds per call of `fn` replayed from a CUDA graph of `reps` calls."""
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    times = []
+    for _ in range(7):
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()  # type: ignore[no-untyped-call]
+        graph.replay()
+        end.record()  # type: ignore[no-untyped-call]
+        end.synchronize()  # type: ignore[no-untyped-call]
+        times.append(start.elapsed_time(end) * 1000.0 / reps)
+    return float(statistics.median(times))
+
+
+def measure(s: Shape, m: int, device: torch.device) -> Row:
+    x, w = _operands(s, m, device)
+    plan = plan_matmul(s.n, s.k, s.groups)
+    flat = plan_matmul(s.n, s.k, s.groups, segments=False)
+
+    def variant(p: MatmulPlan, split: bool | None) -> Callable[[], Any]:
+        return lambda: _run(x, w, p, split, False)
+
+    def cublas() -> Any:
+        if s.groups == 1:
+            return torch.matmul(x[:, 0], w[0].T)
+        return torch.bmm(x.transpose(0, 1), w.transpose(1, 2))
+
+    bi = _graph_us(variant(plan, None))
+    nbytes = 2 * (w.numel() + x.numel() + m * s.groups * s.n)
+    return Row(
+        s.name, s.groups, s.n, s.k, m, plan.n_segs, plan.seg_tiles, plan.split(m),
+        bi_us=bi,
+        split_us=_graph_us(variant(plan, True)) if plan.n_segs > 1 else None,
+        whole_us=_graph_us(variant(plan, False)),
+        one_segment_us=_graph_us(variant(flat, False)),
+        cublas_us=_graph_us(cublas),
+        bi_gbs=nbytes / bi / 1e3,
+    )  # fmt: skip
+
+
+def markdown(rows: list[Row], env: dict[str, str]) -> str:
+    head = ", ".join(f"{k} {v}" for k, v in env.items())
+    lines = [
+        f"Environment: {head}",
+        "",
+        "| weight | G x N x K | rows | segs x tiles | split | bi us | split us | one-program us "
+        "| no-segments us | cuBLAS us | bi / cuBLAS | bi GB/s | % of copy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        sp = f"{r.split_us:.1f}" if r.split_us is not None else "-"
+        lines.append(
+            f"| {r.name} | {r.groups}x{r.n}x{r.k} | {r.rows} | {r.n_segs}x{r.seg_tiles} | "
+            f"{'yes' if r.auto_split else 'no'} | {r.bi_us:.1f} | {sp} | {r.whole_us:.1f} | "
+            f"{r.one_segment_us:.1f} | {r.cublas_us:.1f} | {r.bi_us / r.cublas_us:.2f} | "
+            f"{r.bi_gbs:,.0f} | {r.bi_gbs / COPY_CEILING_GBS:.0%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def step_counts(cfg: ModelConfig) -> dict[str, int]:
+    """How many times one forward step multiplies by each shape of `flash_mini_shapes`."""
+    plans = cfg.plans
+    kv_src = [p for p in plans if p.is_kv_source]
+    idx_src = sum(p.is_index_source for p in plans)
+    every = cfg.n_layers
+    return {
+        "wq_a": every,
+        "wq_b": every,
+        # wkv per layer; the compressor's wkv_c (+ wgate_c at ratio 2) per kv source.
+        "wkv / wkv_c / wgate_c": every + sum(2 if p.ratio == 2 else 1 for p in kv_src),
+        "wo_a (grouped)": every,
+        "wo_b": every,
+        "w1 / w3": 2 * every,
+        "w2": every,
+        "wq_b_idx": idx_src,
+        "wk_idx": len(kv_src),
+        "weights_proj": idx_src,
+        "lm_head": 1,
+    }
+
+
+def step_totals(rows: list[Row], cfg: ModelConfig) -> list[dict[str, Any]]:
+    """Per row count: summed microseconds of one step's matmuls (bf16 timings throughout; the
+    compressor's projections really run in fp32)."""
+    counts = step_counts(cfg)
+    totals: dict[int, dict[str, float]] = {}
+    for r in rows:
+        mult = counts[r.name]
+        t = totals.setdefault(r.rows, {"bi": 0.0, "no_segments": 0.0, "cublas": 0.0})
+        t["bi"] += mult * r.bi_us
+        t["no_segments"] += mult * r.one_segment_us
+        t["cublas"] += mult * r.cublas_us
+    return [{"rows": m, **t} for m, t in sorted(totals.items())]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--rows", default="1,8,64,128,256,1024,4096")
+    parser.add_argument("--smoke", action="store_true", help="CPU interpreter, checks only")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        from ds41_cache.backend import interpreter_active
+
+        if not interpreter_active():
+            parser.error("--smoke needs TRITON_INTERPRET=1 set before triton is imported")
+        device = torch.device("cpu")
+        for shape in (Shape("narrow", 1, 40, 520), Shape("grouped", 3, 24, 260)):
+            for m in (1, 70):
+                check(shape, m, device, interp=True)
+                print(f"[matmul] {shape.name} rows={m}: bitwise split == whole == alone, ok")
+        return 0
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA device (use --smoke on the CPU)")
+    device = torch.device("cuda")
+    cfg = ModelConfig.preset("flash_mini")
+    rows_list = [int(m) for m in args.rows.split(",")]
+    results: list[Row] = []
+    for shape in flash_mini_shapes(cfg):
+        for m in rows_list:
+            check(shape, m, device, interp=False)
+            results.append(measure(shape, m, device))
+            print(f"[matmul] {shape.name} rows={m}: {results[-1].bi_us:.1f} us", flush=True)
+    env = environment(device)
+    table = markdown(results, env)
+    totals = step_totals(results, cfg)
+    table += "\n| rows | step matmuls bi us | no-segments us | cuBLAS us | bi / cuBLAS |\n"
+    table += "|---|---|---|---|---|\n"
+    for t in totals:
+        table += (
+            f"| {t['rows']} | {t['bi']:.0f} | {t['no_segments']:.0f} | {t['cublas']:.0f} | "
+            f"{t['bi'] / t['cublas']:.2f} |\n"
+        )
+    print(table)
+    if args.json:
+        payload = {"env": env, "rows": [asdict(r) for r in results], "step_totals": totals}
+        args.json.write_text(json.dumps(payload, indent=1))
+    if args.markdown:
+        args.markdown.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

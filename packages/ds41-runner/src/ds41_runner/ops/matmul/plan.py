@@ -1,0 +1,75 @@
+"""The batch-invariant matmul's reduction plan: chosen from the weight's shape, never from M.
+
+Every output element `out[m, n] = sum_k x[m, k] w[n, k]` is reduced the same way whatever the
+row count: K is cut into `n_segs` segments of `seg_tiles` BLOCK_K-wide tiles; each segment is
+an fp32 chain of tensor-core dot steps starting from zero, and the segments are added in
+ascending order to a zero fp32 total. A launch may run a row block's segments one after the
+other in one program, or one segment per program with a fixed-order reduction afterwards
+(`split`); both perform the same fp32 operations in the same order, so the bits are equal
+(tested). Only that choice of parallelism looks at M; the arithmetic is fixed by (N, K).
+
+Why segments at all: at decode sizes (M <= 64) one program per 64-column tile leaves most of
+the GPU idle for narrow weights (a [256, 4096] weight is 4 programs, each a 64-step chain).
+Segments give the launch `n_tiles * n_segs` programs to spread over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+BLOCK_M = 64
+BLOCK_N = 64
+BLOCK_K = 64
+NUM_WARPS = 4
+NUM_STAGES = 3
+
+TARGET_PROGRAMS = 256
+"""Column tiles x segments a weight is cut into (two waves of the H200's 132 SMs; a constant,
+so the bits do not depend on the GPU model)."""
+MIN_SEG_TILES = 2
+"""Shortest segment in K tiles (a one-tile chain would let the compiler fold the segment sum
+into the dot's accumulator, which is a different rounding)."""
+SPLIT_BELOW_PROGRAMS = 66
+"""Run segments in parallel when a launch has fewer output tiles than this (half a wave of
+132 SMs; measured on the H200: beyond it the workspace traffic and the second launch cost
+more than the parallelism gains)."""
+SPLIT_MIN_SEGS = 3
+"""Two segments never paid for the reduction launch in the same measurements."""
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    """How one weight `[groups, n, k]` is reduced (all fields derive from that shape)."""
+
+    n: int
+    k: int
+    groups: int
+    n_tiles: int
+    """Column tiles per group."""
+    k_tiles: int
+    seg_tiles: int
+    n_segs: int
+
+    def split(self, m: int) -> bool:
+        """Whether a launch over `m` rows runs its segments in parallel (speed only)."""
+        m_tiles = -(-m // BLOCK_M)
+        tiles = m_tiles * self.groups * self.n_tiles
+        return self.n_segs >= SPLIT_MIN_SEGS and tiles < SPLIT_BELOW_PROGRAMS
+
+
+@cache
+def plan_matmul(n: int, k: int, groups: int = 1, *, segments: bool = True) -> MatmulPlan:
+    """Plan for a weight of `groups` blocks `[n, k]`. `segments=False`: one segment, i.e. the
+    earlier kernel (the benchmark's baseline; a different rounding, not for the model)."""
+    if min(n, k, groups) <= 0:
+        raise ValueError(f"weight shape must be positive, got groups={groups}, n={n}, k={k}")
+    n_tiles = -(-n // BLOCK_N)
+    k_tiles = -(-k // BLOCK_K)
+    n_segs = 1
+    if segments:
+        wanted = -(-TARGET_PROGRAMS // (groups * n_tiles))
+        n_segs = max(1, min(wanted, k_tiles // MIN_SEG_TILES))
+    seg_tiles = -(-k_tiles // n_segs)
+    n_segs = -(-k_tiles // seg_tiles)
+    return MatmulPlan(n, k, groups, n_tiles, k_tiles, seg_tiles, n_segs)
