@@ -252,15 +252,18 @@ def ratios(points: list[Point]) -> list[dict[str, Any]]:
     return out
 
 
-def markdown(points: list[Point], env: dict[str, str]) -> str:
+def table_head(env: dict[str, str], columns: list[str]) -> list[str]:
+    """Markdown lines: the environment, then a table header with `columns`."""
     head = ", ".join(f"{k} {v}" for k, v in env.items())
-    lines = [
-        f"Environment: {head}",
-        "",
-        "| kv_dtype | mode | graph | context | batch | step ms (median) | p90 | decode tok/s "
-        "| prefill tok/s | peak GiB | cache B/token |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    return [f"Environment: {head}", "", f"| {' | '.join(columns)} |", "|---" * len(columns) + "|"]
+
+
+def markdown(points: list[Point], env: dict[str, str]) -> str:
+    lines = table_head(
+        env,
+        ["kv_dtype", "mode", "graph", "context", "batch", "step ms (median)", "p90",
+         "decode tok/s", "prefill tok/s", "peak GiB", "cache B/token"],
+    )  # fmt: skip
     for p in points:
         pre = f"{p.prefill_tok_s:,.0f}" if p.prefill_tok_s else "-"
         lines.append(

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .bench import environment
+from .bench import environment, table_head
 from .model import ModelConfig
 from .ops.matmul.naive import reference_matmul
 from .ops.matmul.plan import MatmulPlan, plan_matmul
@@ -174,14 +174,11 @@ def measure(s: Shape, m: int, device: torch.device) -> Row:
 
 
 def markdown(rows: list[Row], env: dict[str, str]) -> str:
-    head = ", ".join(f"{k} {v}" for k, v in env.items())
-    lines = [
-        f"Environment: {head}",
-        "",
-        "| weight | G x N x K | rows | segs x tiles | split | bi us | split us | one-program us "
-        "| no-segments us | cuBLAS us | bi / cuBLAS | bi GB/s | % of copy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = table_head(
+        env,
+        ["weight", "G x N x K", "rows", "segs x tiles", "split", "bi us", "split us",
+         "one-program us", "no-segments us", "cuBLAS us", "bi / cuBLAS", "bi GB/s", "% of copy"],
+    )  # fmt: skip
     for r in rows:
         sp = f"{r.split_us:.1f}" if r.split_us is not None else "-"
         lines.append(
