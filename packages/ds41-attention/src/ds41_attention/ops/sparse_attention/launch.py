@@ -81,14 +81,18 @@ def launch_sparse_attention(
     config: KernelConfig | None = None,
     splits: int | None = None,
     hw_fp8: bool | None = None,
+    profile_drop: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the kernels on validated inputs; returns (out bf16 [T, H, D], lse f32 [T, H]).
 
     `batch_invariant=True`: one program per (row, head block), no split. Otherwise `splits`
     (or the planner) decides how many programs share one row's keys, merged by a combine pass.
     `hw_fp8`: decode e4m3 with the hardware conversion (default on CUDA) or the integer helpers;
-    both give identical values.
+    both give identical values. `profile_drop` (stage-drop profiling only, meaningless
+    outputs): the kernel's DROP switch, see `_sparse_attn_kernel`.
     """
+    if profile_drop not in (0, 1, 2, 3):
+        raise ValueError(f"profile_drop must be 0, 1, 2 or 3, got {profile_drop}")
     t_rows, h, d = q.shape
     device = q.device
     out = empty((t_rows, h, d), torch.bfloat16, device)
@@ -149,7 +153,7 @@ def launch_sparse_attention(
         h,
         D=d, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
         W_FMT=w_fmt, C_FMT=c_fmt, SPLIT=split, UPCAST=upcast, HW_FP8=use_hw_fp8,
-        D_TILES=cfg.d_tiles,
+        D_TILES=cfg.d_tiles, DROP=profile_drop,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     if split:
@@ -177,7 +181,7 @@ def kernel_signature(
     constexprs: dict[str, int | bool] = {
         "D": dim, "BLOCK_H": cfg.block_h, "BLOCK_N": cfg.block_n, "W_FMT": w_fmt,
         "C_FMT": c_fmt, "SPLIT": False, "UPCAST": False, "HW_FP8": True,
-        "D_TILES": cfg.d_tiles, "num_splits": 1,
+        "D_TILES": cfg.d_tiles, "DROP": 0, "num_splits": 1,
     }  # fmt: skip
     sig = {}
     attrs: dict[tuple[int], list[list[Any]]] = {}

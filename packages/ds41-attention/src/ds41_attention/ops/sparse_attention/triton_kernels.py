@@ -82,10 +82,19 @@ def _expand_groups(x, BLOCK_N: tl.constexpr, G: tl.constexpr, E: tl.constexpr):
 
 
 @triton.jit
+def _raw_codes(lo, hi, UPCAST: tl.constexpr):
+    """Codes converted as plain integers (the DROP == 1 profile: no decode, no scales)."""
+    if UPCAST:
+        return lo.to(tl.float32), hi.to(tl.float32)
+    else:
+        return lo.to(tl.bfloat16), hi.to(tl.bfloat16)
+
+
+@triton.jit
 def _decode_tile(
     st_ptr, st16_ptr, st32_ptr, page_stride, page_size, slots, valid,
     FMT: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-    HW_FP8: tl.constexpr, UPCAST: tl.constexpr,
+    HW_FP8: tl.constexpr, UPCAST: tl.constexpr, DROP: tl.constexpr = 0,
 ):
     """Entries of `slots` (int64, >= 0) as (even channels, odd channels), each [BLOCK_N, D/2].
 
@@ -108,11 +117,14 @@ def _decode_tile(
         row16 = tl.multiple_of((base + off * D) // 2, 8)
         w = tl.load(st16_ptr + row16[:, None] + c[None, :], mask=vmask, other=0)
         srow = base + page_size * D + off * (D // 32)
-        sb = tl.load(st_ptr + srow[:, None] + tl.arange(0, D // 32)[None, :], mask=vmask,
-                     other=127)
+        if DROP != 1:
+            sb = tl.load(st_ptr + srow[:, None] + tl.arange(0, D // 32)[None, :], mask=vmask,
+                         other=127)
         lo = (w & 0xFF).to(tl.uint8)
         hi = ((w >> 8) & 0xFF).to(tl.uint8)
-        if UPCAST:
+        if DROP == 1:
+            ev, od = _raw_codes(lo, hi, UPCAST)
+        elif UPCAST:
             sc = _expand_groups(ue8m0_to_f32(sb), BLOCK_N, D // 32, 16)
             ev = _e4m3(lo, HW_FP8) * sc
             od = _e4m3(hi, HW_FP8) * sc
@@ -126,9 +138,12 @@ def _decode_tile(
         row = tl.multiple_of(base + off * (D // 2), 16)
         b = tl.load(st_ptr + row[:, None] + c[None, :], mask=vmask, other=0).to(tl.int32)
         srow = base + page_size * (D // 2) + off * (D // 16)
-        sb = tl.load(st_ptr + srow[:, None] + tl.arange(0, D // 16)[None, :], mask=vmask,
-                     other=0)
-        if UPCAST:
+        if DROP != 1:
+            sb = tl.load(st_ptr + srow[:, None] + tl.arange(0, D // 16)[None, :], mask=vmask,
+                         other=0)
+        if DROP == 1:
+            ev, od = _raw_codes(b & 15, b >> 4, UPCAST)
+        elif UPCAST:
             sc = _expand_groups(_e4m3(sb, HW_FP8), BLOCK_N, D // 16, 8)
             ev = e2m1_to_f32(b) * sc
             od = e2m1_to_f32(b >> 4) * sc
@@ -185,32 +200,34 @@ def _tile_kv(
     w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size,
     c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size,
     W_FMT: tl.constexpr, C_FMT: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-    HW_FP8: tl.constexpr, UPCAST: tl.constexpr,
+    HW_FP8: tl.constexpr, UPCAST: tl.constexpr, DROP: tl.constexpr = 0,
 ):
     """Decoded (even, odd) channels of tile `i` from the window or the compressed cache."""
     if C_FMT == 3:
         ev, od = _decode_tile(w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size, slots, valid,
-                              W_FMT, D, BLOCK_N, HW_FP8, UPCAST)
+                              W_FMT, D, BLOCK_N, HW_FP8, UPCAST, DROP)
     else:
         if i < n_w:
             ev, od = _decode_tile(w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size, slots,
-                                  valid, W_FMT, D, BLOCK_N, HW_FP8, UPCAST)
+                                  valid, W_FMT, D, BLOCK_N, HW_FP8, UPCAST, DROP)
         else:
             ev, od = _decode_tile(c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size, slots,
-                                  valid, C_FMT, D, BLOCK_N, HW_FP8, UPCAST)
+                                  valid, C_FMT, D, BLOCK_N, HW_FP8, UPCAST, DROP)
     return ev, od
 
 
 @triton.jit
 def _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od, k_ev, k_od, valid, scale, dv,
-                 D_TILES: tl.constexpr, UPCAST: tl.constexpr):
+                 D_TILES: tl.constexpr, UPCAST: tl.constexpr, DROP: tl.constexpr = 0):
     """Online-softmax update of (m, l, acc) with one decoded key tile (channel halves).
 
     D_TILES == 2: the program owns one channel parity `dv` of the output, so only `acc_ev`
     (holding that parity) is updated; the scores, hence m and l, are the same arithmetic in
-    both programs of a (row, head block).
+    both programs of a (row, head block). DROP: see `_sparse_attn_kernel`.
     """
-    if UPCAST:
+    if DROP == 2:
+        s = tl.zeros([q_ev.shape[0], k_ev.shape[0]], tl.float32)
+    elif UPCAST:
         s = tl.dot(q_od, tl.trans(k_od), tl.dot(q_ev, tl.trans(k_ev)))
     else:
         s = tl.dot(q_od, tl.trans(k_od.to(tl.bfloat16)),
@@ -226,7 +243,11 @@ def _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od, k_ev, k_od, valid, scale,
         p = p.to(tl.bfloat16)
         k_ev = k_ev.to(tl.bfloat16)
         k_od = k_od.to(tl.bfloat16)
-    if D_TILES == 1:
+    if DROP == 3:
+        ps = tl.sum(p.to(tl.float32), 1)[:, None]
+        acc_ev = acc_ev * alpha[:, None] + ps
+        acc_od = acc_od * alpha[:, None] + ps
+    elif D_TILES == 1:
         acc_ev = tl.dot(p, k_ev, acc_ev * alpha[:, None])
         acc_od = tl.dot(p, k_od, acc_od * alpha[:, None])
     else:
@@ -246,7 +267,12 @@ def _sparse_attn_kernel(
     D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     W_FMT: tl.constexpr, C_FMT: tl.constexpr, SPLIT: tl.constexpr,
     UPCAST: tl.constexpr, HW_FP8: tl.constexpr, D_TILES: tl.constexpr = 1,
+    DROP: tl.constexpr = 0,
 ):
+    # DROP (stage-drop profile only, `scripts/stage_drop.py`; 0 in every real launch) removes
+    # one stage so its cost shows as the time saved: 1 = the decode (raw codes as values, no
+    # scale loads), 2 = the QK product (scores 0), 3 = the PV product (acc += row sums of P).
+    # DROP > 0 outputs are meaningless.
     tl.static_assert(D_TILES == 1 or (D_TILES == 2 and not SPLIT))
     t = tl.program_id(0)
     # D_TILES programs share one (row, head block), each owning 1/D_TILES of the output
@@ -298,10 +324,10 @@ def _sparse_attn_kernel(
             k_ev, k_od = _tile_kv(i, n_w, slots, valid,
                                   w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size,
                                   c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size,
-                                  W_FMT, C_FMT, D, BLOCK_N, HW_FP8, UPCAST)
+                                  W_FMT, C_FMT, D, BLOCK_N, HW_FP8, UPCAST, DROP)
             m_i, l_i, acc_ev, acc_od = _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od,
                                                     k_ev, k_od, valid, scale, dv, D_TILES,
-                                                    UPCAST)
+                                                    UPCAST, DROP)
             i += 1
     else:
         for i in range(lo, hi):
@@ -311,10 +337,10 @@ def _sparse_attn_kernel(
             k_ev, k_od = _tile_kv(i, n_w, slots, valid,
                                   w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size,
                                   c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size,
-                                  W_FMT, C_FMT, D, BLOCK_N, HW_FP8, UPCAST)
+                                  W_FMT, C_FMT, D, BLOCK_N, HW_FP8, UPCAST, DROP)
             m_i, l_i, acc_ev, acc_od = _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od,
                                                     k_ev, k_od, valid, scale, dv, D_TILES,
-                                                    UPCAST)
+                                                    UPCAST, DROP)
 
     if SPLIT:
         pidx = (t * H + heads) * num_splits + sp
