@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ds41_attention.bench import FLASH, TINY, make_problem, time_graph
-from ds41_attention.ops.sparse_attention.launch import launch_sparse_attention
+from ds41_attention.ops.sparse_attention.launch import default_config, launch_sparse_attention
 from ds41_attention.ops.sparse_attention.naive import reference_sparse_attention
 
 VARIANTS = {
@@ -33,7 +33,6 @@ VARIANTS = {
     2: "no QK product",
     3: "no PV product",
 }
-FLOP_PER_ROW = 83.9e6
 
 
 def main() -> None:
@@ -80,8 +79,9 @@ def main() -> None:
             )
             print(f"rows {rows:5d}  {name:26s} {shown}{share}", flush=True)
         if base:
-            tflops = FLOP_PER_ROW * rows / (base * 1e-6) / 1e12
-            tiles = -(-geo.window // 64) + -(-geo.topk // 64)
+            tflops = geo.flop_per_row * rows / (base * 1e-6) / 1e12
+            block_n = default_config(geo.heads, geo.dim).block_n
+            tiles = -(-geo.window // block_n) + -(-geo.topk // block_n)
             per_sm = -(-rows // torch.cuda.get_device_properties(dev).multi_processor_count)
             print(f"rows {rows:5d}  full kernel {tflops:.1f} TFLOP/s; "
                   f"{base / (per_sm * tiles):.2f} us per key tile per SM")  # fmt: skip

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,13 +25,17 @@ from typing import Any
 
 import torch
 
+from ds41_attention.bench import time_graph
+
 from .bench import environment, table_head
 from .model import ModelConfig
 from .ops.matmul.naive import reference_matmul
 from .ops.matmul.plan import MatmulPlan, plan_matmul
+from .ops.matmul.triton_kernels import launch_matmul
 
 COPY_CEILING_GBS = 4300.0
 COLD_BYTES = 256 << 20
+GRAPH_CALLS = 20
 
 
 @dataclass
@@ -41,6 +44,8 @@ class Shape:
     groups: int
     n: int
     k: int
+    uses: int = 1
+    """How many times one forward step multiplies by a weight of this shape."""
 
 
 @dataclass
@@ -52,6 +57,7 @@ class Row:
     n: int
     k: int
     rows: int
+    uses: int
     n_segs: int
     seg_tiles: int
     auto_split: bool
@@ -64,20 +70,26 @@ class Row:
 
 
 def flash_mini_shapes(cfg: ModelConfig) -> list[Shape]:
-    """The weights a flash_mini step multiplies by (SPEC section 1 roles)."""
+    """The weights a step of `cfg` multiplies by (SPEC section 1 roles), with their uses."""
     hd = cfg.heads * cfg.head_dim
+    plans = cfg.plans
+    kv_src = [p for p in plans if p.is_kv_source]
+    idx_src = sum(p.is_index_source for p in plans)
+    every = cfg.n_layers
+    # wkv in every layer; the compressor's wkv_c (+ wgate_c at ratio 2) in each kv source.
+    latent_uses = every + sum(2 if p.ratio == 2 else 1 for p in kv_src)
     return [
-        Shape("wq_a", 1, cfg.q_lora_rank, cfg.hidden),
-        Shape("wq_b", 1, hd, cfg.q_lora_rank),
-        Shape("wkv / wkv_c / wgate_c", 1, cfg.head_dim, cfg.hidden),
-        Shape("wo_a (grouped)", cfg.o_groups, cfg.o_lora_rank, hd // cfg.o_groups),
-        Shape("wo_b", 1, cfg.hidden, cfg.o_groups * cfg.o_lora_rank),
-        Shape("w1 / w3", 1, cfg.mlp_hidden, cfg.hidden),
-        Shape("w2", 1, cfg.hidden, cfg.mlp_hidden),
-        Shape("wq_b_idx", 1, cfg.index_heads * cfg.index_head_dim, cfg.q_lora_rank),
-        Shape("wk_idx", 1, cfg.index_head_dim, cfg.head_dim),
-        Shape("weights_proj", 1, cfg.index_heads, cfg.hidden),
-        Shape("lm_head", 1, cfg.vocab_size, cfg.hidden),
+        Shape("wq_a", 1, cfg.q_lora_rank, cfg.hidden, every),
+        Shape("wq_b", 1, hd, cfg.q_lora_rank, every),
+        Shape("wkv / wkv_c / wgate_c", 1, cfg.head_dim, cfg.hidden, latent_uses),
+        Shape("wo_a (grouped)", cfg.o_groups, cfg.o_lora_rank, hd // cfg.o_groups, every),
+        Shape("wo_b", 1, cfg.hidden, cfg.o_groups * cfg.o_lora_rank, every),
+        Shape("w1 / w3", 1, cfg.mlp_hidden, cfg.hidden, 2 * every),
+        Shape("w2", 1, cfg.hidden, cfg.mlp_hidden, every),
+        Shape("wq_b_idx", 1, cfg.index_heads * cfg.index_head_dim, cfg.q_lora_rank, idx_src),
+        Shape("wk_idx", 1, cfg.index_head_dim, cfg.head_dim, len(kv_src)),
+        Shape("weights_proj", 1, cfg.index_heads, cfg.hidden, idx_src),
+        Shape("lm_head", 1, cfg.vocab_size, cfg.hidden, 1),
     ]
 
 
@@ -91,8 +103,7 @@ def _operands(s: Shape, m: int, device: torch.device) -> tuple[torch.Tensor, tor
 def _run(
     x: torch.Tensor, w: torch.Tensor, plan: MatmulPlan, split: bool | None, interp: bool
 ) -> torch.Tensor:
-    from .ops.matmul.triton_kernels import launch_matmul
-
+    """fp32 result written over a NaN-poisoned output (the checks)."""
     out = torch.full((x.shape[0], plan.groups * plan.n), float("nan"), device=x.device)
     return launch_matmul(x, w, out, plan, upcast=interp, ieee_fp32=interp, split=split)
 
@@ -116,28 +127,11 @@ def check(s: Shape, m: int, device: torch.device, interp: bool) -> None:
         assert ((got - ref).abs() <= bound).all(), f"{s.name} m={m}: off the float64 bound"
 
 
-def _graph_us(fn: Callable[[int], Any], reps: int = 20) -> float:
-    """Median microseconds per call of `fn(i)`, i = 0..reps-1, replayed from one CUDA graph."""
-    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(2):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(reps):
-            fn(i)
-    times = []
-    for _ in range(7):
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        start.record()  # type: ignore[no-untyped-call]
-        graph.replay()
-        end.record()  # type: ignore[no-untyped-call]
-        end.synchronize()  # type: ignore[no-untyped-call]
-        times.append(start.elapsed_time(end) * 1000.0 / reps)
-    return float(statistics.median(times))
+def _graph_us(fn: Callable[[int], Any], device: torch.device) -> float:
+    """Median microseconds per call of `fn(i)`, i = 0..GRAPH_CALLS-1, from one CUDA graph."""
+    sec = time_graph(lambda: [fn(i) for i in range(GRAPH_CALLS)], device, reps=7)
+    assert sec is not None
+    return sec * 1e6 / GRAPH_CALLS
 
 
 def measure(s: Shape, m: int, device: torch.device) -> Row:
@@ -145,14 +139,20 @@ def measure(s: Shape, m: int, device: torch.device) -> Row:
     # Consecutive calls read different copies of the operands (>= COLD_BYTES in all), so the
     # weights stream from HBM as in a model step instead of staying in the 50 MB L2.
     per_call = 2 * (w.numel() + x.numel())
-    n_copies = max(1, min(20, -(-COLD_BYTES // per_call)))
+    n_copies = max(1, min(GRAPH_CALLS, -(-COLD_BYTES // per_call)))
     xs = [x] + [x.clone() for _ in range(n_copies - 1)]
     ws = [w] + [w.clone() for _ in range(n_copies - 1)]
+    # A bf16 output, as `linear` writes it; nothing but the matmul runs inside a timed call.
+    out = torch.empty(m, s.groups * s.n, dtype=torch.bfloat16, device=device)
     plan = plan_matmul(s.n, s.k, s.groups)
     flat = plan_matmul(s.n, s.k, s.groups, segments=False)
 
     def variant(p: MatmulPlan, split: bool | None) -> Callable[[int], Any]:
-        return lambda i: _run(xs[i % n_copies], ws[i % n_copies], p, split, False)
+        def call(i: int) -> Any:
+            c = i % n_copies
+            return launch_matmul(xs[c], ws[c], out, p, upcast=False, ieee_fp32=False, split=split)
+
+        return call
 
     def cublas(i: int) -> Any:
         xi, wi = xs[i % n_copies], ws[i % n_copies]
@@ -160,15 +160,15 @@ def measure(s: Shape, m: int, device: torch.device) -> Row:
             return torch.matmul(xi[:, 0], wi[0].T)
         return torch.bmm(xi.transpose(0, 1), wi.transpose(1, 2))
 
-    bi = _graph_us(variant(plan, None))
+    bi = _graph_us(variant(plan, None), device)
     nbytes = per_call + 2 * m * s.groups * s.n
     return Row(
-        s.name, s.groups, s.n, s.k, m, plan.n_segs, plan.seg_tiles, plan.split(m),
+        s.name, s.groups, s.n, s.k, m, s.uses, plan.n_segs, plan.seg_tiles, plan.split(m),
         bi_us=bi,
-        split_us=_graph_us(variant(plan, True)) if plan.n_segs > 1 else None,
-        whole_us=_graph_us(variant(plan, False)),
-        one_segment_us=_graph_us(variant(flat, False)),
-        cublas_us=_graph_us(cublas),
+        split_us=_graph_us(variant(plan, True), device) if plan.n_segs > 1 else None,
+        whole_us=_graph_us(variant(plan, False), device),
+        one_segment_us=_graph_us(variant(flat, False), device),
+        cublas_us=_graph_us(cublas, device),
         bi_gbs=nbytes / bi / 1e3,
     )  # fmt: skip
 
@@ -190,35 +190,12 @@ def markdown(rows: list[Row], env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def step_counts(cfg: ModelConfig) -> dict[str, int]:
-    """How many times one forward step multiplies by each shape of `flash_mini_shapes`."""
-    plans = cfg.plans
-    kv_src = [p for p in plans if p.is_kv_source]
-    idx_src = sum(p.is_index_source for p in plans)
-    every = cfg.n_layers
-    return {
-        "wq_a": every,
-        "wq_b": every,
-        # wkv per layer; the compressor's wkv_c (+ wgate_c at ratio 2) per kv source.
-        "wkv / wkv_c / wgate_c": every + sum(2 if p.ratio == 2 else 1 for p in kv_src),
-        "wo_a (grouped)": every,
-        "wo_b": every,
-        "w1 / w3": 2 * every,
-        "w2": every,
-        "wq_b_idx": idx_src,
-        "wk_idx": len(kv_src),
-        "weights_proj": idx_src,
-        "lm_head": 1,
-    }
-
-
-def step_totals(rows: list[Row], cfg: ModelConfig) -> list[dict[str, Any]]:
+def step_totals(rows: list[Row]) -> list[dict[str, Any]]:
     """Per row count: summed microseconds of one step's matmuls (bf16 timings throughout; the
     compressor's projections really run in fp32)."""
-    counts = step_counts(cfg)
     totals: dict[int, dict[str, float]] = {}
     for r in rows:
-        mult = counts[r.name]
+        mult = r.uses
         t = totals.setdefault(r.rows, {"bi": 0.0, "no_segments": 0.0, "cublas": 0.0})
         t["bi"] += mult * r.bi_us
         t["no_segments"] += mult * r.one_segment_us
@@ -259,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[matmul] {shape.name} rows={m}: {results[-1].bi_us:.1f} us", flush=True)
     env = environment(device)
     table = markdown(results, env)
-    totals = step_totals(results, cfg)
+    totals = step_totals(results)
     table += "\n| rows | step matmuls bi us | no-segments us | cuBLAS us | bi / cuBLAS |\n"
     table += "|---|---|---|---|---|\n"
     for t in totals:
