@@ -74,3 +74,73 @@ def test_fast_mode_breaks_invariance_bi_keeps_it() -> None:
         i for i, (x, y) in enumerate(zip(f_batched, f_alone, strict=True)) if not _equal(x, y)
     ]
     assert differs, "mode=fast was expected to change some request's log-probs with the batch"
+
+
+MIXED = CUDA + ["model=flash_mini", "chunk_size=64", "max_tokens_per_request=512",
+                "num_pages=512", "prefix_cache=true"]  # fmt: skip
+
+
+def _online(engine: Engine, prompts: list[list[int]], adds: list[int], new: int,
+            abort_at: dict[int, int] | None = None) -> dict[int, tuple[list[int], list[float]]]:  # fmt: skip
+    """Add request i before step adds[i]; abort request j before step abort_at[j]."""
+    out: dict[int, tuple[list[int], list[float]]] = {}
+    ids: dict[int, int] = {}
+    step = 0
+    while len(ids) < len(prompts) or engine.has_unfinished():
+        for i, a in enumerate(adds):
+            if a == step:
+                ids[engine.add_request(prompts[i], max_new_tokens=new, seed=i,
+                                       temperature=[0.0, 0.9][i % 2], top_p=0.9)] = i  # fmt: skip
+        for j, a in (abort_at or {}).items():
+            if a == step and j in ids.values():
+                rid = next(r for r, i in ids.items() if i == j)
+                if rid in engine._live:
+                    engine.abort(rid)
+        for o in engine.step():
+            toks, lps = out.setdefault(ids[o.request_id], ([], []))
+            toks += o.new_token_ids
+            lps += o.new_logprobs
+        step += 1
+    return out
+
+
+def test_mixed_step_graphs_overlap_and_online_api_equal_eager_alone() -> None:
+    # Whole-step graphs replay steps that mix prefill chunks and decode rows; overlapped and
+    # plain engines, streamed through add_request/step with an abort in the middle, must give
+    # each request exactly what it gets alone in an eager, non-overlapped engine.
+    eager = Engine.from_config(ds41_runner.compose(MIXED + ["graph=eager"]), overlap=False)
+    graph = Engine.from_config(ds41_runner.compose(MIXED + ["graph=cuda_graph"]), overlap=True)
+    plain = Engine.from_config(ds41_runner.compose(MIXED + ["graph=cuda_graph"]), overlap=False)
+    prompts = _prompts(6, 20, 150, eager.vocab_size, seed=7)
+    adds = [0, 0, 1, 3, 4, 9]
+    g = _online(graph, prompts, adds, 10, abort_at={2: 6})
+    p = _online(plain, prompts, adds, 10)
+    alone = {i: _online(eager, [prompts[i]], [0], 10)[0] for i in range(6)}
+    mixed = [r for r in graph.stats.records if r.graph and not r.decode_only and r.requests > 1]
+    assert mixed, "no mixed prefill+decode step was replayed from a graph"
+    for i in range(6):
+        assert p[i] == alone[i], f"request {i}: plain graph engine differs from alone"
+        if i == 2:  # aborted: a prefix of its alone run
+            assert g[i][0] == alone[i][0][: len(g[i][0])]
+        else:
+            assert g[i] == alone[i], f"request {i}: overlapped graph engine differs from alone"
+    for eng in (graph, plain):
+        eng.clear_prefix_cache()
+        assert not eng.has_unfinished() and eng.kv.num_free_pages() == eng.kv.num_pages
+
+
+def test_graph_steps_do_not_sync_the_host() -> None:
+    eng = Engine.from_config(ds41_runner.compose(MIXED + ["graph=cuda_graph"]), overlap=True)
+    eng.warmup()
+    prompts = _prompts(4, 30, 60, eng.vocab_size, seed=9)
+    for i, pr in enumerate(prompts):
+        eng.add_request(pr, max_new_tokens=8, seed=i)
+    for _ in range(3):  # prefill steps (first-use work: allocator pools)
+        eng.step()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(4):  # decode steps, replayed; reading results due is an event wait
+            eng.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert eng.stats.records[-1].graph and eng.stats.records[-1].decode_only

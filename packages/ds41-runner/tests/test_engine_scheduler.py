@@ -15,7 +15,17 @@ import pytest
 import torch
 
 from ds41_cache.allocator import CacheFullError
-from ds41_runner.engine import Engine, PrefixCache, Request, Scheduler, chain_hashes
+from ds41_runner.engine import (
+    Engine,
+    PrefixCache,
+    Request,
+    SamplingParams,
+    Scheduler,
+    StepRunner,
+    chain_hashes,
+    default_buckets,
+)
+from ds41_runner.engine.step_io import StepLayout
 
 VOCAB = 50
 WINDOW = 5
@@ -99,6 +109,9 @@ class FakeKV:
     def bytes_per_token(self, context_len: int) -> float:
         return 1.0
 
+    def flush(self) -> None:  # the fake's block table is host-side only
+        pass
+
     # cache access for the fake model
     def write(self, req: int, pos: int, token: int) -> None:
         page = self.table[req][pos // self.page_size]
@@ -121,7 +134,7 @@ class FakeModel:
 
     def forward(
         self, tokens: torch.Tensor, req_idx: torch.Tensor, pos: torch.Tensor, kv: FakeKV,
-        *, validate: bool = True,
+        *, validate: bool = True, logit_rows: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
         self.calls.append(len(tokens))
         out = torch.empty(len(tokens), VOCAB, dtype=torch.float32)
@@ -139,7 +152,7 @@ class FakeModel:
             digest = hashlib.sha256(repr((p, window)).encode()).digest()
             g = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
             out[t] = torch.log_softmax(torch.randn(VOCAB, generator=g) * 3, dim=0)
-        return out
+        return out if logit_rows is None else out[logit_rows]
 
 
 def make_engine(num_pages: int = 64, page_size: int = 4, chunk_size: int = 8, **kw) -> Engine:
@@ -280,27 +293,46 @@ def test_chain_hashes_and_lru() -> None:
 def test_scheduler_budget_and_order() -> None:
     kv = FakeKV(64, 4, 4)
     s = Scheduler(kv, chunk_size=5, max_requests=4, page_size=4)
-    reqs = [Request(i, [1] * n, 2, 0, 0.0, a) for i, (n, a) in enumerate([(7, 0), (2, 0), (3, 4)])]
-    s.add(reqs)
+    r0, r1, r2 = (Request(i, [1] * n, SamplingParams(2)) for i, n in enumerate([7, 2, 3]))
+    s.add([r0, r1])
     plan = s.schedule(0)
     assert [(r.index, n) for r, n in plan.entries] == [(0, 5)]
     s.complete(plan)
+    s.add([r2])  # arrives now: after the running requests and the earlier arrival
     plan = s.schedule(1)
-    assert [(r.index, n) for r, n in plan.entries] == [(0, 2), (1, 2)]
+    assert [(r.index, n) for r, n in plan.entries] == [(0, 2), (1, 2), (2, 1)]
 
 
-def test_graph_ladder_and_cpu_fallback() -> None:
-    from ds41_runner.engine.graphs import DecodeGraphs
-
+def test_graph_buckets_and_layouts() -> None:
+    assert default_buckets(1024) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 768, 1024]
+    assert default_buckets(6) == [1, 2, 4, 6]
+    assert default_buckets(10_000)[-1] == 2048
     with pytest.raises(ValueError, match="CUDA"):
-        DecodeGraphs(FakeModel(), None, [1, 2], torch.device("cpu"))
-    g = object.__new__(DecodeGraphs)
-    g.batch_sizes = [1, 2, 4, 8]
-    assert [g.bucket(n) for n in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, None]
-    eng = make_engine(graph="cuda_graph")  # CPU caches: decode steps run eagerly
+        StepRunner(FakeModel(), FakeKV(4, 4, 2), torch.device("cpu"), 2, [1, 2])  # type: ignore[arg-type]
+    r = StepRunner(FakeModel(), FakeKV(4, 4, 2), torch.device("cpu"), 2, [1, 4, 8],  # type: ignore[arg-type]
+                   emulate_graphs=True)  # fmt: skip
+    # A step takes the smallest bucket that holds its rows and (<= one per request) logit
+    # rows; more logit rows (score requests) or more rows than the largest bucket: eager.
+    assert r.plan_layout(3, 2) == (StepLayout(4, 2), 4)
+    assert r.plan_layout(3, 3) == (StepLayout(3, 3), None)
+    assert r.plan_layout(9, 1) == (StepLayout(9, 1), None)
+    eng = make_engine(graph="cuda_graph")  # CPU caches: every step runs eagerly
     assert eng.graphs is None
     res = eng.generate(PROMPTS[:2], 3, seeds=SEEDS[:2])
     assert all(r.ok for r in res) and eng.stats.graph_replays == 0
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_emulated_step_graphs_with_padding_equal_alone(overlap: bool) -> None:
+    # Whole-step "graphs" on the CPU: static padded buffers, padding rows and padding logit
+    # rows, replayed eagerly. Mixed prefill + decode steps must reproduce the alone runs.
+    ref = alone()
+    eng = make_engine(chunk_size=8, graph="cuda_graph", graph_batch_sizes=[2, 4, 8],
+                      emulate_graphs=True, overlap=overlap)  # fmt: skip
+    res = eng.generate(PROMPTS, 6, seeds=SEEDS, arrivals=[0, 1, 1, 5], temperature=TEMPS)
+    same(res, ref)
+    assert eng.stats.graph_replays == eng.stats.steps
+    assert any(not r.decode_only for r in eng.stats.records if r.graph)
 
 
 def test_prefix_cache_needs_pages_aligned_to_compressor_groups() -> None:

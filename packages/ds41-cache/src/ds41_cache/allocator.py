@@ -6,7 +6,8 @@ ids; it never touches cache bytes.
 
 Bookkeeping lives on the host; `block_table` is a device tensor whose identity never changes
 (CUDA graphs capture its address) and whose rows are refreshed from the host copy after every
-change. A request's *extent* is the number of logical pages it has covered so far; entries
+change, or, with `deferred_sync=True`, by `flush()`: the changed rows go up in one asynchronous
+copy from pinned memory, so a serving step that changes many rows costs no host sync. A request's *extent* is the number of logical pages it has covered so far; entries
 below the extent may be -1 after `release_before` (a sliding window keeps O(W) pages, not
 O(context)).
 
@@ -50,6 +51,8 @@ class PageAllocator:
         max_requests: int,
         max_pages_per_request: int,
         device: torch.device | str = "cpu",
+        *,
+        deferred_sync: bool = False,
     ) -> None:
         for name, value in (
             ("num_pages", num_pages),
@@ -64,8 +67,15 @@ class PageAllocator:
         self.max_requests = max_requests
         self.max_pages_per_request = max_pages_per_request
         self._host = torch.full((max_requests, max_pages_per_request), NO_PAGE, dtype=torch.int32)
+        # A numpy view of the same memory: scalar reads and writes at ~0.1 us instead of ~3 us.
+        self._rows = self._host.numpy()
         self.block_table = self._host.to(device, copy=True)
         self.device = self.block_table.device  # "cuda" resolved to its index
+        self.deferred_sync = deferred_sync
+        self._dirty: set[int] = set()
+        # Per request: logical pages below this index were all released (window trimming
+        # resumes there instead of rescanning the row: O(1) per step).
+        self._released_upto = [0] * max_requests
         self._refcount = [0] * num_pages
         # Min-heap: allocation order is deterministic (lowest free page first).
         self._free: list[int] = list(range(num_pages))
@@ -105,7 +115,7 @@ class PageAllocator:
     def pages_of(self, req: int) -> list[int]:
         """The request's block-table row up to its extent (-1 where released)."""
         req = self._check_req(req)
-        return [int(v) for v in self._host[req, : self._extent[req]].tolist()]
+        return self._rows[req, : self._extent[req]].tolist()  # type: ignore[no-any-return]
 
     def slots(self, req: int, positions: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """int64 slots (`page * page_size + p % page_size`) of `positions` on `device`.
@@ -157,7 +167,7 @@ class PageAllocator:
         for i in range(start, need_pages):
             page = heapq.heappop(self._free)
             self._refcount[page] = 1
-            self._host[req, i] = page
+            self._rows[req, i] = page
         self._extent[req] = need_pages
         self._sync_row(req)
 
@@ -165,19 +175,25 @@ class PageAllocator:
         """Drop the request's pages that lie wholly before position `pos`; returns how many.
 
         Their block-table entries become -1; a page returns to the free list once no other
-        holder references it.
+        holder references it. Amortized O(1) per call: the scan resumes where the last one
+        stopped.
         """
         req = self._check_req(req)
         if pos < 0 or pos > self.max_tokens:
             raise ValueError(f"pos must lie in [0, {self.max_tokens}], got {pos}")
         upto = min(pos // self.page_size, self._extent[req])
+        start = self._released_upto[req]
+        if upto <= start:
+            return 0
+        row = self._rows[req]
         released = 0
-        for i in range(upto):
-            page = int(self._host[req, i])
+        for i in range(start, upto):
+            page = int(row[i])
             if page >= 0:
-                self._host[req, i] = NO_PAGE
+                row[i] = NO_PAGE
                 self._drop(page)
                 released += 1
+        self._released_upto[req] = upto
         if released:
             self._sync_row(req)
         return released
@@ -187,12 +203,14 @@ class PageAllocator:
         req = self._check_req(req)
         if not self._active[req]:
             raise ValueError(f"request {req} is not active (double free, or never allocated)")
-        for i in range(self._extent[req]):
-            page = int(self._host[req, i])
+        row = self._rows[req]
+        for i in range(self._released_upto[req], self._extent[req]):
+            page = int(row[i])
             if page >= 0:
                 self._drop(page)
-        self._host[req].fill_(NO_PAGE)
+        row[:] = NO_PAGE
         self._extent[req] = 0
+        self._released_upto[req] = 0
         self._active[req] = False
         self._sync_row(req)
 
@@ -240,7 +258,7 @@ class PageAllocator:
         for i, page in enumerate(pages):
             if page != NO_PAGE:
                 self._refcount[page] += 1
-                self._host[req, i] = page
+                self._rows[req, i] = page
         self._extent[req] = len(pages)
         self._active[req] = True
         self._sync_row(req)
@@ -266,8 +284,37 @@ class PageAllocator:
         if self._refcount[page] == 0:
             heapq.heappush(self._free, page)
 
+    def flush(self) -> None:
+        """Upload the block-table rows changed since the last flush (`deferred_sync=True`).
+
+        On CUDA: one gather of the changed rows into pinned memory, one asynchronous copy and
+        one `index_copy_` on the current stream; the pinned buffer is not reused before the
+        copy has run (PyTorch's caching host allocator records the stream). Must not be called
+        while a CUDA graph is being captured.
+        """
+        if not self._dirty:
+            return
+        rows = sorted(self._dirty)
+        self._dirty.clear()
+        if self.block_table.device.type != "cuda":
+            for r in rows:
+                self.block_table[r].copy_(self._host[r])
+            return
+        idx = torch.tensor(rows, dtype=torch.int64)
+        staged = torch.cat([idx[:, None].to(torch.int32), self._host.index_select(0, idx)], 1)
+        dev = staged.pin_memory().to(self.device, non_blocking=True)
+        self.block_table.index_copy_(0, dev[:, 0].to(torch.int64), dev[:, 1:])
+
+    @property
+    def pending_sync(self) -> bool:
+        """True when block-table rows changed since the last `flush()`."""
+        return bool(self._dirty)
+
     def _sync_row(self, req: int) -> None:
-        self.block_table[req].copy_(self._host[req])
+        if self.deferred_sync:
+            self._dirty.add(req)
+        else:
+            self.block_table[req].copy_(self._host[req])
 
     def _check_req(self, req: int, name: str = "req") -> int:
         return _index(req, name, self.max_requests)

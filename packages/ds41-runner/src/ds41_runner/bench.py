@@ -32,7 +32,6 @@ import torch
 
 from ds41_cache.insert import insert
 
-from .engine.graphs import DecodeGraphs
 from .model import KVState, Model, ModelConfig
 
 
@@ -109,19 +108,36 @@ def _decode_ms(
         torch.full((batch,), context + i, dtype=torch.int32, device=device) for i in range(4)
     ]
     step = [0]
-    dg = DecodeGraphs(model, kv, [batch], device) if graph == "cuda_graph" else None
-    if dg is not None:
-        dg.capture_all()
+    static_pos = positions[0].clone()
+    replay = _capture_forward(model, kv, tok, req, static_pos) if graph == "cuda_graph" else None
 
     def one_step() -> None:
         pos = positions[step[0] % len(positions)]
         step[0] += 1
-        if dg is not None:
-            dg.run(tok, req, pos)
+        if replay is not None:
+            static_pos.copy_(pos)
+            replay()
         else:
             model.forward(tok, req, pos, kv, validate=False)
 
     return _time(one_step, device, iters, warmup)
+
+
+def _capture_forward(
+    model: Model, kv: KVState, tok: torch.Tensor, req: torch.Tensor, pos: torch.Tensor
+) -> Callable[[], None]:
+    """A CUDA graph of `model.forward` on these static inputs; returns its replay."""
+    kv.flush()
+    side = torch.cuda.Stream(device=kv.device)  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream(kv.device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            model.forward(tok, req, pos, kv, validate=False)
+    torch.cuda.current_stream(kv.device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        model.forward(tok, req, pos, kv, validate=False)
+    return graph.replay
 
 
 def _prefill_ms(

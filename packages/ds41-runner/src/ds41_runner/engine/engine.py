@@ -1,10 +1,19 @@
-"""The engine: generate with continuous batching and chunked prefill, and score.
+"""The serving engine: an online request API, continuous batching, overlapped steps.
 
-Each step's rows (prefill chunks and decode tokens of every scheduled request) go through one
-`model.forward`, so every layer runs one attention call per step. Sampling is keyed by
-(seed, position) only. Under mode=bi every per-token result is independent of the batch
-(SPEC section 9), so a request's tokens and log-probs do not depend on arrivals, chunk size,
-preemption, prefix-cache hits or CUDA-graph replay.
+`add_request` queues a request; each `step()` schedules one step (decode rows and prefill
+chunks of many requests together, within the token budget `chunk_size`), launches it as ONE
+device step (a whole-step CUDA graph when one fits) and returns what earlier steps produced.
+With `overlap=True` the host plans and launches step n+1 while the device runs step n: a row
+that needs the token sampled in step n takes it on the device, and the host learns the value
+one step later. `generate` and `score` are loops over this API.
+
+A step never synchronizes the host with the device except to read results that are due:
+request state lives on the host and goes up in one copy per step (`step_io`), block tables in
+one copy per changed allocator, values are validated once when a request is added, window
+trimming is amortized O(1), and the prefix cache exports only pages completed in the step.
+Under mode=bi a request's tokens and log-probs depend only on its prompt and sampling
+parameters, not on when it was added, what else ran, chunking, preemption, prefix hits,
+graph replay or overlap (SPEC section 9).
 """
 
 from __future__ import annotations
@@ -12,20 +21,56 @@ from __future__ import annotations
 import math
 import operator
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
 from ds41_cache.backend import canonical_device
 
 from ..config import RunConfig, Validated, resolve_kv_dtype, validate
-from .graphs import DecodeGraphs
+from .graphs import Launched, StepRunner, default_buckets
 from .prefix_cache import PrefixCache
-from .request import Request, Result, Status
-from .scheduler import Scheduler, StepPlan, is_cache_full
+from .request import FinishReason, Request, RequestOutput, Result, SamplingParams, Status
+from .scheduler import Scheduler, StepPlan
+from .step_io import f32_bits, fill_padding
+
+
+class EngineKV(Protocol):
+    """What the engine needs of the caches (`ds41_runner.model.KVState`)."""
+
+    page_size: int
+    max_requests: int
+    max_tokens_per_request: int
+    device: torch.device
+
+    def reserve(self, req: int, num_tokens: int) -> None: ...
+    def trim(self, req: int, next_pos: int) -> None: ...
+    def free(self, req: int) -> None: ...
+    def flush(self) -> None: ...
+    def export_prefix(self, req: int, num_tokens: int) -> Any: ...
+    def import_prefix(self, handle: Any, dst_req: int) -> None: ...
+    def release_prefix(self, handle: Any) -> None: ...
+    def num_free_pages(self) -> int: ...
+
+
+class EngineModel(Protocol):
+    """What the engine needs of the model (`ds41_runner.model.Model`)."""
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        req_idx: torch.Tensor,
+        pos: torch.Tensor,
+        kv: Any,
+        *,
+        validate: bool = True,
+        logit_rows: torch.Tensor | None = None,
+    ) -> torch.Tensor: ...
 
 
 @dataclass
@@ -36,11 +81,14 @@ class StepRecord:
     decode_only: bool
     graph: bool
     seconds: float
+    """Host time to plan and launch the step (the device runs it asynchronously)."""
+    entries: tuple[tuple[int, int, bool], ...] = ()
+    """(request id, rows run, whether the step sampled a token for it) per scheduled request."""
 
 
 @dataclass
 class EngineStats:
-    """Counters of the last `generate` call."""
+    """Counters since the engine was built (`generate` and `score` reset them)."""
 
     steps: int = 0
     rows: int = 0
@@ -66,29 +114,43 @@ def resolve_device(device: str) -> torch.device:
     return canonical_device(device)
 
 
-class Engine:
-    """Serves `generate` and `score` over one model and its paged caches.
+@dataclass
+class _InFlight:
+    """A launched step whose results are not processed yet."""
 
-    `model` follows the runner contract (`forward(tokens, req_idx, pos, kv, *, validate)`),
-    `kv` is its `KVState`. `graph="cuda_graph"` replays captured decode steps on CUDA.
+    launched: Launched
+    samples: list[tuple[Request, int]]
+    """Per logit row: its request and what it is (-1: a sampled token; k >= 0: the log-prob
+    of score target k)."""
+
+
+class Engine:
+    """Serves requests over one model and its paged caches (see the module doc).
+
+    `graph="cuda_graph"` replays whole-step graphs on CUDA for steps of up to
+    `graph_batch_sizes[-1]` rows (default: `default_buckets(chunk_size)`). `overlap` runs the
+    host one step ahead of the device. `keep_rows` keeps the full log-prob row of every
+    sampled token (tests; costs a host sync per step).
     """
 
     def __init__(
         self,
-        model: Any,
-        kv: Any,
+        model: EngineModel,
+        kv: EngineKV,
         *,
         vocab_size: int | None = None,
         max_tokens: int | None = None,
         chunk_size: int = 32,
         prefix_cache: bool = True,
         graph: str = "eager",
-        graph_batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32),
+        graph_batch_sizes: Sequence[int] | None = None,
         keep_rows: bool = False,
         compress_ratios: Sequence[int] | None = None,
+        overlap: bool = True,
+        emulate_graphs: bool = False,
     ) -> None:
-        if chunk_size <= 0:
-            raise ValueError(f"chunk_size must be a positive int, got {chunk_size}")
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
         if graph not in ("eager", "cuda_graph"):
             raise ValueError(f"graph must be 'eager' or 'cuda_graph', got {graph!r}")
         self.model = model
@@ -105,6 +167,7 @@ class Engine:
         self.max_tokens: int = limit if max_tokens is None else min(limit, max_tokens)
         self.chunk_size = chunk_size
         self.keep_rows = keep_rows
+        self.overlap = overlap
         self.device = torch.device(kv.device)
         self.page_size: int = kv.page_size
         self.max_requests: int = kv.max_requests
@@ -120,12 +183,35 @@ class Engine:
                     f"prefix cache is on, got {self.page_size}"
                 )
             self.prefix_cache = PrefixCache(kv, self.page_size)
-        self.graphs: DecodeGraphs | None = None
-        if graph == "cuda_graph" and self.device.type == "cuda":
-            self.graphs = DecodeGraphs(model, kv, graph_batch_sizes, self.device)
+        use_graphs = graph == "cuda_graph" and (self.device.type == "cuda" or emulate_graphs)
+        buckets: list[int] = []
+        if use_graphs:
+            buckets = list(graph_batch_sizes or default_buckets(chunk_size))
+        self.runner = StepRunner(
+            model, kv, self.device, self.max_requests, buckets, keep_rows=keep_rows,
+            emulate_graphs=emulate_graphs,
+        )  # fmt: skip
+        self.sched = Scheduler(
+            kv,
+            chunk_size=chunk_size,
+            max_requests=self.max_requests,
+            page_size=self.page_size,
+            prefix_cache=self.prefix_cache,
+        )
         self.stats = EngineStats()
         self.on_step: Callable[[Engine, StepRecord], None] | None = None
         """Called after every step (progress display)."""
+        self._next_id = 0
+        self._live: dict[int, Request] = {}
+        self._finished_ids: set[int] = set()
+        self._inflight: deque[_InFlight] = deque()
+        self._outbox: list[RequestOutput] = []
+        self._step_no = 0
+
+    @property
+    def graphs(self) -> StepRunner | None:
+        """The step runner when it replays graphs (None: every step eager)."""
+        return self.runner if self.runner.buckets else None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -151,11 +237,13 @@ class Engine:
             page_size=run.page_size,
             device=device,
         )
+        sizes = list(run.graph.batch_sizes) if run.graph.name == "cuda_graph" else []
         kwargs: dict[str, Any] = dict(
             chunk_size=run.chunk_size,
             prefix_cache=run.prefix_cache,
             graph=run.graph.name,
-            graph_batch_sizes=tuple(run.graph.batch_sizes),
+            graph_batch_sizes=sizes or None,
+            overlap=bool(getattr(run, "overlap", True)),
         )
         kwargs.update(overrides)
         return cls(model, kv, **kwargs)
@@ -165,51 +253,340 @@ class Engine:
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
 
+    def warmup(self) -> None:
+        """Capture every CUDA graph now instead of at first use."""
+        self.runner.capture_all()
+
     # ------------------------------------------------------------------ validation
-    def _check_tokens(self, what: str, tokens: Any) -> str | None:
+    def _check_tokens(self, what: str, tokens: object) -> list[int]:
         if not isinstance(tokens, (list, tuple)):
-            return f"{what} must be a list of token ids, got {type(tokens).__name__}"
+            raise ValueError(f"{what} must be a list of token ids, got {type(tokens).__name__}")
         if len(tokens) == 0:
-            return f"{what} is empty"
+            raise ValueError(f"{what} is empty")
+        out: list[int] = []
         for j, t in enumerate(tokens):
             if isinstance(t, bool) or not hasattr(t, "__index__"):
-                return f"{what}: token {j} must be an int, got {t!r}"
+                raise ValueError(f"{what}: token {j} must be an int, got {t!r}")
             t = operator.index(t)
             if not 0 <= t < self.vocab_size:
-                return f"{what}: token {j} = {t} is outside the vocabulary [0, {self.vocab_size})"
-        return None
+                raise ValueError(
+                    f"{what}: token {j} = {t} is outside the vocabulary [0, {self.vocab_size})"
+                )
+            out.append(t)
+        return out
 
-    def _check_request(self, i: int, prompt: Any, max_new: Any, temp: float) -> str | None:
-        err = self._check_tokens(f"request {i}: prompt", prompt)
-        if err is not None:
-            return err
-        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new <= 0:
-            return f"request {i}: max_new_tokens must be an int >= 1, got {max_new!r}"
-        if len(prompt) > self.max_tokens:
-            return (
-                f"request {i}: prompt of {len(prompt)} tokens is longer than the model maximum "
-                f"of {self.max_tokens} tokens"
+    def _check_params(
+        self, prompt_len: int, max_new_tokens: object, seed: object, temperature: object,
+        top_k: object, top_p: object, stop_token_ids: object,
+    ) -> SamplingParams:  # fmt: skip
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        if max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        if prompt_len > self.max_tokens:
+            raise ValueError(
+                f"prompt of {prompt_len} tokens is longer than the model maximum of "
+                f"{self.max_tokens} tokens"
             )
-        if len(prompt) + max_new > self.max_tokens:
-            return (
-                f"request {i}: prompt of {len(prompt)} tokens + max_new_tokens {max_new} "
-                f"exceeds the model maximum of {self.max_tokens} tokens"
+        if prompt_len + max_new_tokens > self.max_tokens:
+            raise ValueError(
+                f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} exceeds the "
+                f"model maximum of {self.max_tokens} tokens"
             )
+        if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
+            raise ValueError(f"seed must be an int64, got {seed!r}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+            raise ValueError(f"temperature must be a float >= 0, got {temperature!r}")
+        temp = float(temperature)
         if not (math.isfinite(temp) and temp >= 0):
-            return f"request {i}: temperature must be finite and >= 0, got {temp}"
-        return None
+            raise ValueError(f"temperature must be finite and >= 0, got {temperature!r}")
+        if temp != 0 and temp < 1e-6:
+            # logits / 1e-40 overflow to -inf everywhere: every draw would be token 0.
+            raise ValueError(f"temperature must be 0 (greedy) or >= 1e-6, got {temperature!r}")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+            raise ValueError(f"top_k must be an int >= 0 (0: off), got {top_k!r}")
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+            raise ValueError(f"top_p must be a float in (0, 1], got {top_p!r}")
+        if not (0.0 < float(top_p) <= 1.0):
+            raise ValueError(f"top_p must be a float in (0, 1], got {top_p!r}")
+        if not isinstance(stop_token_ids, (list, tuple, set, frozenset)):
+            kind = type(stop_token_ids).__name__
+            raise ValueError(f"stop_token_ids must be a sequence of token ids, got {kind}")
+        stops = []
+        for t in stop_token_ids:
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.vocab_size:
+                raise ValueError(
+                    f"stop_token_ids: {t!r} is not a token id in [0, {self.vocab_size})"
+                )
+            stops.append(t)
+        return SamplingParams(
+            max_new_tokens, seed, temp, top_k, float(top_p), tuple(sorted(set(stops)))
+        )
 
-    @staticmethod
-    def _per_request(name: str, value: Any, n: int, default: Any) -> list[Any]:
-        if value is None:
-            return [default(i) for i in range(n)]
-        if isinstance(value, (list, tuple)):
-            if len(value) != n:
-                raise ValueError(f"{name} must have one entry per prompt ({n}), got {len(value)}")
-            return list(value)
-        return [value] * n
+    # ------------------------------------------------------------------ online API
+    def add_request(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_new_tokens: int,
+        seed: int | None = None,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        stop_token_ids: Sequence[int] = (),
+        label: str | None = None,
+    ) -> int:
+        """Queue a generation request; returns its id. Bad input raises ValueError naming the
+        field, and the engine is left unchanged. `seed` defaults to the request id."""
+        tokens = self._check_tokens("prompt", prompt)
+        rid = self._next_id
+        params = self._check_params(
+            len(tokens), max_new_tokens, rid if seed is None else seed, temperature, top_k,
+            top_p, stop_token_ids,
+        )  # fmt: skip
+        return self._submit(Request(rid, tokens, params, label=label or "")).index
 
-    # ------------------------------------------------------------------ generate
+    def _submit(self, req: Request) -> Request:
+        self._next_id += 1
+        self._live[req.index] = req
+        if req.score_from is not None and not req.targets:
+            self._finish(req, "length")
+        else:
+            self.sched.add([req])
+        return req
+
+    def add_score_request(
+        self, sequence: Sequence[int], prompt_len: int, *, label: str | None = None
+    ) -> int:
+        """Queue the scoring of `sequence[prompt_len:]` given what precedes it; its outputs
+        carry those tokens and their log-probs (equal bitwise to what generation gave them)."""
+        seq = self._check_tokens("sequence", sequence)
+        if isinstance(prompt_len, bool) or not isinstance(prompt_len, int):
+            raise ValueError(f"prompt_len must be an int in [1, {len(seq)}], got {prompt_len!r}")
+        if not 1 <= prompt_len <= len(seq):
+            raise ValueError(f"prompt_len must be an int in [1, {len(seq)}], got {prompt_len!r}")
+        if len(seq) > self.max_tokens:
+            raise ValueError(
+                f"sequence of {len(seq)} tokens exceeds the model maximum of {self.max_tokens} "
+                f"tokens"
+            )
+        req = Request(
+            self._next_id, seq[:-1], SamplingParams(0), label=label or "",
+            score_from=prompt_len, targets=seq[prompt_len:],
+        )  # fmt: skip
+        return self._submit(req).index
+
+    def abort(self, request_id: int) -> None:
+        """Stop a request now and free its pages; its last output says `finish_reason="abort"`.
+
+        Raises KeyError for an id this engine never issued, ValueError for a finished one."""
+        req = self._live.get(request_id)
+        if req is None:
+            if request_id in self._finished_ids:
+                raise ValueError(f"request {request_id} has already finished")
+            raise KeyError(f"no request with id {request_id!r}")
+        self._finish(req, "abort")
+
+    def has_unfinished(self) -> bool:
+        """True while any request is queued, running, or has results on their way."""
+        return bool(self._live) or bool(self._inflight) or bool(self._outbox)
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduling step; returns what requests produced (one step behind under
+        `overlap`). Raises only on an engine fault (the requests in flight are then failed)."""
+        t0 = time.perf_counter()
+        plan = self.sched.schedule(self._step_no)
+        self._collect_failed()
+        launched = False
+        if plan:
+            try:
+                self._launch(plan, t0)
+            except BaseException as exc:
+                self._fail_all(f"engine step failed: {exc}")
+                raise
+            launched = True
+        self._step_no += 1
+        keep = 1 if (self.overlap and launched) else 0
+        while len(self._inflight) > keep:
+            self._process(self._inflight.popleft())
+        running = self.sched.running
+        if not launched and not self._inflight and running and all(r.pending == 0 for r in running):
+            raise RuntimeError("requests wait for results that no step will deliver")
+        out, self._outbox = self._outbox, []
+        return out
+
+    # ------------------------------------------------------------------ one step
+    def _launch(self, plan: StepPlan, t0: float) -> None:
+        spare = self.runner.spare_slot
+        t = plan.num_rows
+        samples: list[tuple[Request, int]] = []
+        for req, n in plan.entries:
+            end = req.num_computed + n
+            if req.score_from is not None:
+                # Rows at positions p >= score_from - 1 predict target p - score_from + 1.
+                first = max(req.num_computed, req.score_from - 1)
+                for p in range(first, end):
+                    samples.append((req, p - req.score_from + 1))
+            elif end == req.length:
+                samples.append((req, -1))
+        s = len(samples)
+        layout, bucket = self.runner.plan_layout(t, s)
+        host_t, slot = self.runner.host_in.take(layout.size)
+        host = host_t.numpy()
+        fill_padding(host, layout, spare)
+        tok = np.empty(t, dtype=np.int64)
+        src = np.full(t, -1, dtype=np.int64)
+        req_idx = np.empty(t, dtype=np.int64)
+        pos = np.empty(t, dtype=np.int64)
+        row = 0
+        entries: list[tuple[int, int, bool]] = []
+        decode_rows = 0
+        sampled_ids = {id(r) for r, k in samples if k < 0}
+        for req, n in plan.entries:
+            start = req.num_computed
+            known = req.known
+            slot_r = self.sched.slot_of(req)
+            stop = min(start + n, known)
+            if stop > start:
+                seq = req.prompt if stop <= len(req.prompt) else req.tokens
+                tok[row : row + stop - start] = seq[start:stop]
+            if start + n > known:  # the in-flight token, still on the device
+                if start + n != known + 1:
+                    raise RuntimeError(f"{req.label}: more than one token in flight")
+                tok[row + n - 1] = 0
+                src[row + n - 1] = slot_r
+            req_idx[row : row + n] = slot_r
+            pos[row : row + n] = np.arange(start, start + n)
+            if n == 1 and req.pending == 1:
+                decode_rows += 1
+            entries.append((req.index, n, id(req) in sampled_ids))
+            row += n
+        host[layout.span("tokens")][:t] = tok
+        host[layout.span("token_source")][:t] = src
+        host[layout.span("req_idx")][:t] = req_idx
+        host[layout.span("pos")][:t] = pos
+        # Logit rows: the row of each sampled request, and every scored row.
+        row_of: dict[int, int] = {}
+        row = 0
+        for req, n in plan.entries:
+            row_of[id(req)] = row
+            row += n
+        rows_l, seeds, spos, store, topk, targets, temps, topps = [], [], [], [], [], [], [], []
+        for req, k in samples:
+            first_row = row_of[id(req)]
+            if k < 0:
+                p = req.length - 1
+                rows_l.append(first_row + p - req.num_computed)
+                seeds.append(req.seed)
+                spos.append(p)
+                store.append(self.sched.slot_of(req))
+                topk.append(req.params.top_k)
+                targets.append(-1)
+                temps.append(req.params.temperature)
+                topps.append(req.params.top_p)
+            else:
+                assert req.score_from is not None
+                p = req.score_from - 1 + k
+                rows_l.append(first_row + p - req.num_computed)
+                seeds.append(0)
+                spos.append(p)
+                store.append(spare)
+                topk.append(0)
+                targets.append(req.targets[k])
+                temps.append(0.0)
+                topps.append(1.0)
+        if s:
+            host[layout.span("rows")][:s] = rows_l
+            host[layout.span("seeds")][:s] = seeds
+            host[layout.span("positions")][:s] = spos
+            host[layout.span("store_slot")][:s] = store
+            host[layout.span("top_k")][:s] = topk
+            host[layout.span("targets")][:s] = targets
+            host[layout.span("temperature")][:s] = f32_bits(temps)
+            host[layout.span("top_p")][:s] = f32_bits(topps)
+        launched = self.runner.launch(host_t, slot, layout, bucket, s)
+        for req, k in samples:
+            if k < 0:
+                req.inflight += 1
+        self._inflight.append(_InFlight(launched, samples))
+        self.sched.complete(plan)
+
+        rec = StepRecord(
+            self._step_no, t, len(plan.entries), plan_decode_only(plan, decode_rows),
+            launched.graph, time.perf_counter() - t0, tuple(entries),
+        )  # fmt: skip
+        st = self.stats
+        st.steps += 1
+        st.rows += t
+        st.decode_rows += decode_rows
+        st.prefill_rows += t - decode_rows
+        st.graph_replays += int(launched.graph)
+        st.records.append(rec)
+        if self.on_step is not None:
+            self.on_step(self, rec)
+
+    def _process(self, fl: _InFlight) -> None:
+        """Hand a finished step's tokens and log-probs to their requests."""
+        tokens, logprobs = fl.launched.wait()
+        new: dict[int, tuple[Request, list[int], list[float]]] = {}
+        for j, (req, k) in enumerate(fl.samples):
+            if req.done:
+                continue  # aborted, failed or stopped while this step ran: its rows are waste
+            if k < 0:
+                req.inflight -= 1
+                req.generated.append(tokens[j])
+                req.logprobs.append(logprobs[j])
+                if fl.launched.rows is not None:
+                    req.rows.append(fl.launched.rows[j])
+                self.stats.generated += 1
+            else:
+                req.logprobs.append(logprobs[j])
+            entry = new.setdefault(req.index, (req, [], []))
+            entry[1].append(tokens[j])
+            entry[2].append(logprobs[j])
+        for req, toks, lps in new.values():
+            reason: FinishReason | None = None
+            if req.score_from is not None:
+                if len(req.logprobs) == len(req.targets):
+                    reason = "length"
+            elif req.params.stop_token_ids and toks[-1] in req.params.stop_token_ids:
+                reason = "stop"
+            elif len(req.generated) >= req.max_new_tokens:
+                reason = "length"
+            out = RequestOutput(req.index, toks, lps)
+            if reason is not None:
+                self._finish(req, reason, emit=False)
+                out.finished, out.finish_reason = True, reason
+            self._outbox.append(out)
+
+    def _finish(self, req: Request, reason: FinishReason, *, emit: bool = True) -> None:
+        self.sched.finish(req)
+        req.finish_reason = reason
+        self._live.pop(req.index, None)
+        self._finished_ids.add(req.index)
+        if emit:
+            self._outbox.append(RequestOutput(req.index, [], [], True, reason, req.error))
+
+    def _collect_failed(self) -> None:
+        while self.sched.failed:
+            req = self.sched.failed.pop(0)
+            self.stats.failed += 1
+            self._live.pop(req.index, None)
+            self._finished_ids.add(req.index)
+            self._outbox.append(RequestOutput(req.index, [], [], True, "error", req.error))
+
+    def _fail_all(self, message: str) -> None:
+        for req in list(self._live.values()):
+            req.error = req.error or f"{req.label}: {message}"
+            self.sched.finish(req)
+            req.status = Status.FAILED
+            req.finish_reason = "error"
+            self._live.pop(req.index, None)
+            self._finished_ids.add(req.index)
+            self._outbox.append(RequestOutput(req.index, [], [], True, "error", req.error))
+        self._inflight.clear()
+
+    # ------------------------------------------------------------------ generate / score
     def generate(
         self,
         prompts: list[list[int]],
@@ -218,163 +595,80 @@ class Engine:
         arrivals: list[int] | None = None,
         *,
         temperature: float | list[float] = 0.0,
+        top_k: int | list[int] = 0,
+        top_p: float | list[float] = 1.0,
+        stop_token_ids: Sequence[int] = (),
     ) -> list[Result]:
-        """Generate for every prompt; request i arrives at step `arrivals[i]` (default 0).
+        """Generate for every prompt; request i is added at step `arrivals[i]` (default 0).
 
         Sampling seed `seeds[i]` (default i), temperature 0 = greedy. Returns one `Result` per
-        prompt in input order; a bad request gets `Result.error` naming it and does not affect
-        the others.
+        prompt in input order; a bad request gets `Result.error` naming it ("request i") and
+        does not affect the others.
         """
         if not isinstance(prompts, (list, tuple)):
             raise TypeError(f"prompts must be a list of token-id lists, got {type(prompts)}")
         n = len(prompts)
-        mnts = self._per_request("max_new_tokens", max_new_tokens, n, lambda i: 0)
-        seed_l = self._per_request("seeds", seeds, n, lambda i: i)
-        arr_l = self._per_request("arrivals", arrivals, n, lambda i: 0)
-        temps = self._per_request("temperature", temperature, n, lambda i: 0.0)
+        mnts = _per_request("max_new_tokens", max_new_tokens, n, lambda i: 0)
+        seed_l = _per_request("seeds", seeds, n, lambda i: i)
+        arr_l = _per_request("arrivals", arrivals, n, lambda i: 0)
+        temps = _per_request("temperature", temperature, n, lambda i: 0.0)
+        topks = _per_request("top_k", top_k, n, lambda i: 0)
+        topps = _per_request("top_p", top_p, n, lambda i: 1.0)
         for i, (s, a) in enumerate(zip(seed_l, arr_l, strict=True)):
             if isinstance(s, bool) or not isinstance(s, int) or not -(2**63) <= s < 2**63:
                 raise ValueError(f"seeds[{i}] must be an int64, got {s!r}")
             if isinstance(a, bool) or not isinstance(a, int) or a < 0:
                 raise ValueError(f"arrivals[{i}] must be an int >= 0, got {a!r}")
-
+        self.stats = EngineStats()
         results: list[Result | None] = [None] * n
-        requests: list[Request] = []
-        for i in range(n):
-            temp = float(temps[i])
-            err = self._check_request(i, prompts[i], mnts[i], temp)
-            if err is not None:
-                plen = len(prompts[i]) if isinstance(prompts[i], (list, tuple)) else 0
-                results[i] = Result([], [], prompt_len=plen, error=err)
-                continue
-            requests.append(
-                Request(
-                    i, [operator.index(t) for t in prompts[i]], mnts[i], seed_l[i], temp, arr_l[i]
-                )
-            )
-
-        self.stats = EngineStats(failed=sum(r is not None for r in results))
-        sched = Scheduler(
-            self.kv,
-            chunk_size=self.chunk_size,
-            max_requests=self.max_requests,
-            page_size=self.page_size,
-            prefix_cache=self.prefix_cache,
-        )
-        sched.add(requests)
-        replays_before = self.graphs.replays if self.graphs is not None else 0
-        start = time.perf_counter()
+        reqs: dict[int, Request] = {}
+        order = sorted(range(n), key=lambda i: (arr_l[i], i))
+        nxt = 0
         step = 0
+        start = time.perf_counter()
         try:
-            while sched.has_work:
-                plan = sched.schedule(step)
-                if plan:
-                    self._run_step(plan, sched)
-                    step += 1
+            while nxt < n or any(not r.done for r in reqs.values()) or self._inflight:
+                while nxt < n and arr_l[order[nxt]] <= step:
+                    i = order[nxt]
+                    nxt += 1
+                    try:
+                        rid = self.add_request(
+                            prompts[i], max_new_tokens=mnts[i], seed=seed_l[i],
+                            temperature=temps[i], top_k=topks[i], top_p=topps[i],
+                            stop_token_ids=stop_token_ids, label=f"request {i}",
+                        )  # fmt: skip
+                        reqs[i] = self._live[rid]
+                    except ValueError as exc:
+                        plen = len(prompts[i]) if isinstance(prompts[i], (list, tuple)) else 0
+                        results[i] = Result([], [], prompt_len=plen, error=f"request {i}: {exc}")
+                        self.stats.failed += 1
+                if not self.has_unfinished() and nxt < n:
+                    step = max(step + 1, arr_l[order[nxt]])  # idle: jump to the next arrival
                     continue
-                nxt = sched.next_arrival()
-                if sched.running or nxt is None:
-                    if not sched.has_work:
-                        break
-                    raise RuntimeError(f"scheduler made no progress at step {step}")
-                step = max(step + 1, nxt)
-        finally:
-            sched.abort()  # after an exception mid-run: give the slots back
+                self.step()
+                step += 1
+        except BaseException:
+            for req in reqs.values():
+                if not req.done:
+                    self._finish(req, "abort", emit=False)
+            self._outbox.clear()
+            raise
         self.stats.seconds = time.perf_counter() - start
-        self.stats.preemptions = sched.preemptions
-        self.stats.failed += len(sched.failed)
-        if self.graphs is not None:
-            self.stats.graph_replays = self.graphs.replays - replays_before
-
-        for req in requests:
+        self.stats.preemptions = sum(r.preemptions for r in reqs.values())
+        self._outbox.clear()
+        for i, req in reqs.items():
             rows = torch.stack(req.rows) if (self.keep_rows and req.rows) else None
-            results[req.index] = Result(
-                list(req.generated),
-                list(req.logprobs),
-                prompt_len=len(req.prompt),
-                error=req.error,
-                preemptions=req.preemptions,
-                prefix_hit_tokens=req.prefix_hit_tokens,
-                rows=rows,
-            )
+            results[i] = Result(
+                list(req.generated), list(req.logprobs), prompt_len=len(req.prompt),
+                error=req.error, preemptions=req.preemptions,
+                prefix_hit_tokens=req.prefix_hit_tokens, rows=rows,
+                finish_reason=req.finish_reason,
+            )  # fmt: skip
             self.stats.prefix_hit_tokens += req.prefix_hit_tokens
         return [r for r in results if r is not None]
 
-    def _run_step(self, plan: StepPlan, sched: Scheduler) -> None:
-        t0 = time.perf_counter()
-        tokens: list[int] = []
-        slots: list[int] = []
-        positions: list[int] = []
-        sample_at: list[tuple[int, Request]] = []
-        for req, n in plan.entries:
-            start = req.num_computed
-            tokens += req.tokens[start : start + n]
-            slots += [sched.slot_of(req)] * n
-            positions += range(start, start + n)
-            if start + n == req.length:
-                sample_at.append((len(tokens) - 1, req))
-        decode_only = plan.decode_only
-        decode_rows = sum(1 for req, n in plan.entries if n == 1 and req.pending == 1)
-        logprobs, used_graph = self._forward(tokens, slots, positions, decode_only)
-
-        new_tokens: list[int] = []
-        chosen: list[float] = []
-        rows_cpu: torch.Tensor | None = None
-        if sample_at:
-            from ..ops.sampling import sample
-
-            idx = torch.tensor([r for r, _ in sample_at], dtype=torch.int64, device=self.device)
-            rows = logprobs.index_select(0, idx)
-            reqs = [q for _, q in sample_at]
-            seeds = torch.tensor([q.seed for q in reqs], dtype=torch.int64, device=self.device)
-            pos = torch.tensor([q.length - 1 for q in reqs], dtype=torch.int32, device=self.device)
-            temp = torch.tensor(
-                [q.temperature for q in reqs], dtype=torch.float32, device=self.device
-            )
-            new = sample(rows, seeds, pos, temp)
-            lp = rows.gather(1, new[:, None])[:, 0]
-            new_tokens = new.tolist()
-            chosen = lp.tolist()
-            if self.keep_rows:
-                rows_cpu = rows.cpu()
-
-        sched.complete(plan)
-        for k, (_, req) in enumerate(sample_at):
-            req.generated.append(int(new_tokens[k]))
-            req.logprobs.append(float(chosen[k]))
-            if rows_cpu is not None:
-                req.rows.append(rows_cpu[k])
-            self.stats.generated += 1
-            if len(req.generated) >= req.max_new_tokens:
-                sched.finish(req)
-
-        rec = StepRecord(
-            plan.step, len(tokens), len(plan.entries), decode_only, used_graph,
-            time.perf_counter() - t0,
-        )  # fmt: skip
-        st = self.stats
-        st.steps += 1
-        st.rows += len(tokens)
-        st.decode_rows += decode_rows
-        st.prefill_rows += len(tokens) - decode_rows
-        st.records.append(rec)
-        if self.on_step is not None:
-            self.on_step(self, rec)
-
-    def _forward(
-        self, tokens: list[int], slots: list[int], positions: list[int], decode_only: bool
-    ) -> tuple[torch.Tensor, bool]:
-        t = torch.tensor(tokens, dtype=torch.int64, device=self.device)
-        r = torch.tensor(slots, dtype=torch.int32, device=self.device)
-        p = torch.tensor(positions, dtype=torch.int32, device=self.device)
-        if self.graphs is not None and decode_only and self.graphs.bucket(len(tokens)):
-            return self.graphs.run(t, r, p), True
-        out: torch.Tensor = self.model.forward(t, r, p, self.kv, validate=True)
-        return out, False
-
-    # ------------------------------------------------------------------ score
     def score(self, sequences: list[list[int]], prompt_lens: list[int]) -> list[list[float]]:
-        """Log-probs of `sequences[i][prompt_lens[i]:]`, each sequence one prefill.
+        """Log-probs of `sequences[i][prompt_lens[i]:]`, through the same steps as generation.
 
         Equals `generate`'s `Result.logprobs` bitwise for the same tokens (mode=bi). Raises
         ValueError naming the sequence on bad input, before computing anything.
@@ -387,55 +681,72 @@ class Engine:
                 f"got {len(prompt_lens)}"
             )
         for i, (seq, plen) in enumerate(zip(sequences, prompt_lens, strict=True)):
-            err = self._check_tokens(f"sequence {i}", seq)
-            if err is not None:
-                raise ValueError(err)
-            if isinstance(plen, bool) or not isinstance(plen, int) or not 1 <= plen <= len(seq):
+            try:
+                seq_l = self._check_tokens(f"sequence {i}", seq)
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+            if isinstance(plen, bool) or not isinstance(plen, int) or not 1 <= plen <= len(seq_l):
                 raise ValueError(
-                    f"sequence {i}: prompt_lens[{i}] must be an int in [1, {len(seq)}], "
+                    f"sequence {i}: prompt_lens[{i}] must be an int in [1, {len(seq_l)}], "
                     f"got {plen!r}"
                 )
-            if len(seq) > self.max_tokens:
+            if len(seq_l) > self.max_tokens:
                 raise ValueError(
-                    f"sequence {i}: {len(seq)} tokens exceed the model maximum of "
+                    f"sequence {i}: {len(seq_l)} tokens exceed the model maximum of "
                     f"{self.max_tokens} tokens"
                 )
-        return [
-            self._score_one(i, s, p)
-            for i, (s, p) in enumerate(zip(sequences, prompt_lens, strict=True))
-        ]
-
-    def _score_one(self, i: int, seq: list[int], plen: int) -> list[float]:
-        seq = [operator.index(t) for t in seq]
-        slot = 0
-        n = len(seq)
-        while True:
-            try:
-                self.kv.reserve(slot, n)
-                break
-            except Exception as exc:
-                if not is_cache_full(exc):
-                    raise
-                if self.prefix_cache is not None and self.prefix_cache.evict_one():
-                    continue
-                self.kv.free(slot)
-                raise ValueError(
-                    f"sequence {i}: the cache is too small for its {n} tokens ({exc})"
-                ) from exc
+        self.stats = EngineStats()
+        reqs = []
+        for i, (s, p) in enumerate(zip(sequences, prompt_lens, strict=True)):
+            rid = self.add_score_request(s, p, label=f"sequence {i}")
+            reqs.append(self._live.get(rid))
         try:
-            out, _ = self._forward(list(seq), [slot] * n, list(range(n)), decode_only=False)
-            if plen == n:
-                return []
-            target = torch.tensor(seq[plen:], dtype=torch.int64, device=self.device)
-            lp = out[plen - 1 : n - 1].gather(1, target[:, None])[:, 0]
-            return [float(x) for x in lp.tolist()]
+            while any(r is not None and not r.done for r in reqs) or self._inflight:
+                self.step()
+        except BaseException:
+            for r in reqs:
+                if r is not None and not r.done:
+                    self._finish(r, "abort", emit=False)
+            raise
         finally:
-            self.kv.free(slot)
+            self._outbox.clear()
+        out: list[list[float]] = []
+        for r in reqs:
+            if r is None:  # nothing to score (prompt_len == len(sequence))
+                out.append([])
+                continue
+            if r.error is not None:
+                raise ValueError(r.error)
+            out.append(list(r.logprobs))
+        return out
 
     # ------------------------------------------------------------------ reporting helpers
     def bytes_per_token(self, context_len: int) -> float:
         """Cache bytes per token of a context of `context_len` tokens (all layers)."""
-        return float(self.kv.bytes_per_token(context_len))
+        return float(self.kv.bytes_per_token(context_len))  # type: ignore[attr-defined]
 
 
-__all__ = ["Engine", "EngineStats", "Result", "Status", "StepRecord", "resolve_device"]
+def plan_decode_only(plan: StepPlan, decode_rows: int) -> bool:
+    return bool(plan.entries) and decode_rows == len(plan.entries) == plan.num_rows
+
+
+def _per_request(name: str, value: object, n: int, default: Callable[[int], object]) -> list[Any]:
+    if value is None:
+        return [default(i) for i in range(n)]
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"{name} must have one entry per prompt ({n}), got {len(value)}")
+        return list(value)
+    return [value] * n
+
+
+__all__ = [
+    "Engine",
+    "EngineStats",
+    "RequestOutput",
+    "Result",
+    "SamplingParams",
+    "Status",
+    "StepRecord",
+    "resolve_device",
+]

@@ -1,102 +1,233 @@
-"""CUDA-graph capture and replay of decode-only steps.
+"""The device side of a step, eager or replayed from a whole-step CUDA graph.
 
-One graph per batch size of a ladder. A decode step of `n` rows replays the graph of the
-smallest ladder size `B >= n`; rows `n..B-1` are padding (request -1: they write nothing and
-their output is ignored), which batch invariance makes harmless. The forward runs with
-`validate=False` (no host syncs) so it can be captured. The static inputs are refilled in
-place before each replay; the cache tensors and block tables keep their addresses (the
-allocators refresh block tables in place), so captured pointers stay valid.
+Every causal row, prefill or decode, goes through the same kernels, so one graph captured for
+a bucket of `B` rows replays ANY mix of up to `B` rows: a step of `T` rows replays the smallest
+bucket `B >= T`; rows `T..B-1` are padding (request -1: they write nothing) and padding logit
+rows store their token in a spare slot. The step body takes its inputs from one device buffer
+(`step_io`), picks the rows that need logits, samples them on the device (keyed by
+(seed, position)), keeps each request's last token on the device for the next step and packs
+tokens and log-probs into one output buffer. Steps past the largest bucket, or with more logit
+rows than a bucket holds (score requests), run the same body eagerly.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 import torch
+
+from ..ops.sampling import sample
+from .step_io import HostBuffers, StepInputs, StepLayout, device_views, fill_padding
+
+MAX_BUCKET = 2048
+"""Largest captured step (rows); larger steps run eagerly."""
+
+
+def default_buckets(token_budget: int) -> list[int]:
+    """Capture sizes for a per-step token budget: 1, 2, 4 .. 512, then multiples of 256, up to
+    the budget (capped at `MAX_BUCKET`), the budget itself included."""
+    top = min(token_budget, MAX_BUCKET)
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b < top]
+    sizes += [b for b in range(768, top, 256)]
+    return sorted(set(sizes + [top]))
+
+
+class StepModel(Protocol):
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        req_idx: torch.Tensor,
+        pos: torch.Tensor,
+        kv: StepKV,
+        *,
+        validate: bool = True,
+        logit_rows: torch.Tensor | None = None,
+    ) -> torch.Tensor: ...
+
+
+class StepKV(Protocol):
+    def flush(self) -> None: ...
 
 
 @dataclass
 class _Captured:
-    graph: Any
-    tokens: torch.Tensor
-    req_idx: torch.Tensor
-    pos: torch.Tensor
+    replay: Callable[[], None]
     out: torch.Tensor
+    logp: torch.Tensor
 
 
-class DecodeGraphs:
-    """Lazily captured decode graphs for `batch_sizes` (ascending)."""
+@dataclass
+class Launched:
+    """A step on its way: its packed outputs land in `out_host` once `event` completes."""
+
+    out_host: torch.Tensor
+    event: torch.cuda.Event | None
+    logit_rows: int
+    capacity: int
+    """Logit-row slots of the step's layout (`logit_rows` real ones, then padding)."""
+    rows: torch.Tensor | None
+    graph: bool
+
+    def wait(self) -> tuple[list[int], list[float]]:
+        """Sampled (or target) tokens and their log-probs of the `logit_rows` real rows."""
+        if self.event is not None:
+            self.event.synchronize()
+        s, cap = self.logit_rows, self.capacity
+        packed = self.out_host[: 2 * cap].numpy()
+        tokens = packed[:s].tolist()
+        logprobs = packed[cap : cap + s].astype(np.int32).view(np.float32).tolist()
+        return tokens, logprobs
+
+
+class StepRunner:
+    """Uploads a step's inputs, runs the model and the sampler, and fetches the results."""
 
     def __init__(
-        self, model: Any, kv: Any, batch_sizes: Sequence[int], device: torch.device
+        self,
+        model: StepModel,
+        kv: StepKV,
+        device: torch.device,
+        max_requests: int,
+        buckets: Sequence[int] = (),
+        *,
+        keep_rows: bool = False,
+        emulate_graphs: bool = False,
     ) -> None:
-        if device.type != "cuda":
+        sizes = list(buckets)
+        if sizes and (sizes != sorted(set(sizes)) or sizes[0] <= 0):
+            raise ValueError(f"buckets must be positive and strictly increasing, got {sizes}")
+        if sizes and device.type != "cuda" and not emulate_graphs:
             raise ValueError(f"CUDA graphs need a CUDA device, got {device}")
-        sizes = list(batch_sizes)
-        if not sizes or sizes != sorted(set(sizes)) or sizes[0] <= 0:
-            raise ValueError(f"batch_sizes must be positive and strictly increasing, got {sizes}")
         self.model = model
         self.kv = kv
-        self.batch_sizes = sizes
         self.device = device
+        self.max_requests = max_requests
+        self.spare_slot = max_requests
+        self.buckets = sizes
+        self.keep_rows = keep_rows
+        self.emulate = emulate_graphs and device.type != "cuda"
+        # The last sampled token of each request slot (+ the spare slot padding rows write).
+        self.slot_tokens = torch.zeros(max_requests + 1, dtype=torch.int64, device=device)
         self._graphs: dict[int, _Captured] = {}
-        self._pool: Any = None
+        self._pool: Any = None  # the graphs share one memory pool
+        top = self.layout_for(sizes[-1]) if sizes else None
+        self._graph_in = (
+            torch.zeros(top.size, dtype=torch.int64, device=device) if top is not None else None
+        )
+        self.host_in = HostBuffers(device)
+        self.host_out = HostBuffers(device)
         self.replays = 0
 
-    def bucket(self, n: int) -> int | None:
-        """Smallest ladder size >= n, or None when n exceeds the ladder."""
-        i = bisect.bisect_left(self.batch_sizes, n)
-        return self.batch_sizes[i] if i < len(self.batch_sizes) else None
+    # ------------------------------------------------------------------ layout
+    def logit_capacity(self, rows: int) -> int:
+        """Logit rows a captured step of `rows` rows holds: one per request at most."""
+        return min(rows, self.max_requests)
 
+    def layout_for(self, bucket: int) -> StepLayout:
+        return StepLayout(bucket, self.logit_capacity(bucket))
+
+    def plan_layout(self, rows: int, logit_rows: int) -> tuple[StepLayout, int | None]:
+        """The layout a step of `rows` rows and `logit_rows` logit rows uses, and its bucket
+        (None: eager, exact sizes)."""
+        i = bisect.bisect_left(self.buckets, rows)
+        if i < len(self.buckets):
+            b = self.buckets[i]
+            if logit_rows <= self.logit_capacity(b):
+                return self.layout_for(b), b
+        return StepLayout(rows, logit_rows), None
+
+    # ------------------------------------------------------------------ the step body
+    def body(self, inp: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Model, sampler and token bookkeeping on the device: returns the packed outputs
+        int64 `[2S]` (tokens, then fp32 log-prob bits) and the log-prob rows f32 `[S, V]`."""
+        own = inp.token_source >= 0
+        carried = self.slot_tokens.index_select(0, inp.token_source.clamp(min=0))
+        tokens = torch.where(own, carried, inp.tokens)
+        logp = self.model.forward(
+            tokens, inp.req_idx, inp.pos, self.kv, validate=False, logit_rows=inp.rows
+        )
+        new = sample(logp, inp.seeds, inp.positions, inp.temperature, inp.top_k, inp.top_p)
+        chosen = torch.where(inp.targets >= 0, inp.targets, new)
+        lp = logp.gather(1, chosen[:, None])[:, 0]
+        self.slot_tokens.index_copy_(0, inp.store_slot, new)
+        out = torch.cat([chosen, lp.view(torch.int32).to(torch.int64)])
+        return out, logp
+
+    # ------------------------------------------------------------------ graphs
     def capture_all(self) -> None:
-        for b in self.batch_sizes:
+        """Capture every bucket now (largest first, so the smaller ones reuse its memory)."""
+        for b in reversed(self.buckets):
             self._get(b)
 
-    def _get(self, b: int) -> _Captured:
-        if b not in self._graphs:
-            self._graphs[b] = self._capture(b)
-        return self._graphs[b]
+    def _get(self, bucket: int) -> _Captured:
+        if bucket not in self._graphs:
+            self._graphs[bucket] = self._capture(bucket)
+        return self._graphs[bucket]
 
-    def _forward(self, tokens: torch.Tensor, req: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.model.forward(tokens, req, pos, self.kv, validate=False)
-        return out
+    def _padding_input(self, layout: StepLayout) -> torch.Tensor:
+        assert self._graph_in is not None
+        host = np.zeros(layout.size, dtype=np.int64)
+        fill_padding(host, layout, self.spare_slot)
+        buf = self._graph_in[: layout.size]
+        buf.copy_(torch.from_numpy(host))
+        return buf
 
-    def _capture(self, b: int) -> _Captured:
-        tokens = torch.zeros(b, dtype=torch.int64, device=self.device)
-        req = torch.full((b,), -1, dtype=torch.int32, device=self.device)
-        pos = torch.zeros(b, dtype=torch.int32, device=self.device)
+    def _capture(self, bucket: int) -> _Captured:
+        layout = self.layout_for(bucket)
+        buf = self._padding_input(layout)
+        if self.emulate:  # CPU tests: the same static buffers, "replayed" eagerly
+            out0, logp0 = self.body(device_views(buf, layout))
+            out, logp = out0.clone(), logp0.clone()
+
+            def run() -> None:
+                o, lp = self.body(device_views(buf, layout))
+                out.copy_(o)
+                logp.copy_(lp)
+
+            return _Captured(run, out, logp)
         # Warm up (Triton compilation, allocator) on a side stream with all-padding rows,
         # which write nothing to the caches.
+        stream = torch.cuda.current_stream(self.device)
         side = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
-        side.wait_stream(torch.cuda.current_stream(self.device))
+        side.wait_stream(stream)
         with torch.cuda.stream(side):
             for _ in range(2):
-                self._forward(tokens, req, pos)
-        torch.cuda.current_stream(self.device).wait_stream(side)
+                self.body(device_views(buf, layout))
+        stream.wait_stream(side)
         torch.cuda.synchronize(self.device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            out = self._forward(tokens, req, pos)
+            out, logp = self.body(device_views(buf, layout))
         self._pool = graph.pool()
-        return _Captured(graph, tokens, req, pos, out)
+        return _Captured(graph.replay, out, logp)
 
-    def run(self, tokens: torch.Tensor, req_idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Replay for `n = len(tokens)` decode rows (device tensors); returns f32 [n, V]
-        (a view of the graph's output buffer, valid until the next replay)."""
-        n = tokens.shape[0]
-        b = self.bucket(n)
-        if b is None:
-            raise ValueError(f"{n} rows exceed the largest captured batch size {self.batch_sizes}")
-        cap = self._get(b)
-        cap.tokens[:n].copy_(tokens)
-        cap.tokens[n:].zero_()
-        cap.req_idx[:n].copy_(req_idx)
-        cap.req_idx[n:].fill_(-1)
-        cap.pos[:n].copy_(pos)
-        cap.pos[n:].zero_()
-        cap.graph.replay()
-        self.replays += 1
-        return cap.out[:n]
+    # ------------------------------------------------------------------ one step
+    def launch(self, host: torch.Tensor, slot: int, layout: StepLayout, bucket: int | None,
+               logit_rows: int) -> Launched:  # fmt: skip
+        """Upload `host[:layout.size]` (from `host_in.take`), run the step, start fetching."""
+        cap: _Captured | None = None
+        if bucket is not None:
+            assert self._graph_in is not None
+            cap = self._get(bucket)  # capture first: it fills the input buffer with padding
+            dev = self._graph_in[: layout.size]
+        else:
+            dev = torch.empty(layout.size, dtype=torch.int64, device=self.device)
+        dev.copy_(host[: layout.size], non_blocking=True)
+        self.host_in.record(slot)
+        self.kv.flush()
+        if cap is not None:
+            cap.replay()
+            self.replays += 1
+            out, logp = cap.out, cap.logp
+        else:
+            out, logp = self.body(device_views(dev, layout))
+        n = 2 * layout.logit_rows
+        out_host, k = self.host_out.take(n)
+        out_host[:n].copy_(out, non_blocking=True)
+        event = self.host_out.record(k)
+        rows = logp[:logit_rows].cpu() if self.keep_rows else None
+        return Launched(out_host, event, logit_rows, layout.logit_rows, rows, bucket is not None)

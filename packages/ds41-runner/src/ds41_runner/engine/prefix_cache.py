@@ -26,13 +26,20 @@ class PrefixKV(Protocol):
 
 def chain_hashes(tokens: Sequence[int], page_size: int, num_pages: int) -> list[bytes]:
     """Keys of the first `num_pages` full pages of `tokens` (page k's key covers pages 0..k)."""
+    return _extend_chain(tokens, page_size, [], num_pages)
+
+
+def _extend_chain(
+    tokens: Sequence[int], page_size: int, known: list[bytes], num_pages: int
+) -> list[bytes]:
+    """The keys of pages `len(known) .. num_pages - 1`, continuing the chain of `known`."""
     if num_pages * page_size > len(tokens):
         raise ValueError(
             f"num_pages * page_size = {num_pages * page_size} exceeds len(tokens) = {len(tokens)}"
         )
     keys: list[bytes] = []
-    prev = _ROOT
-    for k in range(num_pages):
+    prev = known[-1] if known else _ROOT
+    for k in range(len(known), num_pages):
         page = tokens[k * page_size : (k + 1) * page_size]
         h = hashlib.blake2b(prev, digest_size=16)
         h.update(b"".join(int(t).to_bytes(8, "little", signed=True) for t in page))
@@ -85,12 +92,27 @@ class PrefixCache:
                 return entry
         return None
 
-    def offer(self, req: int, tokens: Sequence[int], first_page: int, last_page: int) -> None:
+    def offer(
+        self,
+        req: int,
+        tokens: Sequence[int],
+        first_page: int,
+        last_page: int,
+        *,
+        keys: list[bytes] | None = None,
+    ) -> None:
         """Export the prefixes ending at pages `first_page .. last_page - 1` (0-based) of the
-        request in slot `req`, whose cache holds them; known prefixes are only marked used."""
+        request in slot `req`, whose cache holds them; known prefixes are only marked used.
+
+        `keys`, when given, holds the chain hashes of the first pages already computed; it is
+        extended in place to `last_page` entries (so a request hashes each page once).
+        """
         if last_page <= first_page:
             return
-        keys = chain_hashes(tokens, self.page_size, last_page)
+        if keys is None:
+            keys = []
+        if len(keys) < last_page:
+            keys.extend(_extend_chain(tokens, self.page_size, keys, last_page))
         for k in range(first_page, last_page):
             if keys[k] in self._entries:
                 self._entries.move_to_end(keys[k])

@@ -3,7 +3,9 @@
 Each step gets a token budget (`chunk_size`). Running requests are served first: single rows
 (decodes) before prefill chunks, oldest admission first; then waiting requests are admitted in
 arrival order while the budget, a request slot and cache pages last. Every scheduled row of the
-step goes through one `model.forward`.
+step goes through one `model.forward`. A running request with no row to run (every token it
+may produce is sampled, the values not back yet) keeps its slot and pages until the engine
+finishes it.
 
 Before a step runs, `kv.reserve` must cover every scheduled row. When pages run out, prefix
 cache entries are released first (least recently used), then the chunk is halved (down to one
@@ -19,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ds41_cache.allocator import CacheFullError
+
 from .prefix_cache import PrefixCache
 from .request import Request, Status
 
@@ -31,10 +35,6 @@ class SchedulerKV(Protocol):
 
 def is_cache_full(exc: BaseException) -> bool:
     # ds41_cache.allocator.CacheFullError; matched by name too so test doubles can raise their own.
-    try:
-        from ds41_cache.allocator import CacheFullError
-    except ImportError:  # pragma: no cover - older ds41_cache
-        return type(exc).__name__ == "CacheFullError"
     return isinstance(exc, CacheFullError) or type(exc).__name__ == "CacheFullError"
 
 
@@ -59,7 +59,7 @@ class StepPlan:
 
 
 class Scheduler:
-    """Owns request slots, queues and cache reservations for one `generate` call."""
+    """Owns request slots, queues and cache reservations of the engine's requests."""
 
     def __init__(
         self,
@@ -77,7 +77,6 @@ class Scheduler:
         self.page_size = page_size
         self.prefix_cache = prefix_cache
         self._free_slots = list(range(max_requests - 1, -1, -1))  # pop() yields slot 0 first
-        self._future: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._admit_counter = 0
@@ -87,24 +86,16 @@ class Scheduler:
 
     # ------------------------------------------------------------------ queue state
     def add(self, requests: list[Request]) -> None:
-        self._future.extend(requests)
-        self._future.sort(key=lambda r: (r.arrival, r.index))
+        """Requests that arrived, in arrival order (they wait for a slot)."""
+        self.waiting.extend(requests)
 
     @property
     def has_work(self) -> bool:
-        return bool(self._future or self.waiting or self.running)
-
-    def next_arrival(self) -> int | None:
-        return self._future[0].arrival if self._future else None
-
-    def _arrive(self, step: int) -> None:
-        while self._future and self._future[0].arrival <= step:
-            self.waiting.append(self._future.pop(0))
+        return bool(self.waiting or self.running)
 
     # ------------------------------------------------------------------ scheduling
     def schedule(self, step: int) -> StepPlan:
         """Pick this step's rows and reserve cache pages for them (may preempt or fail)."""
-        self._arrive(step)
         preempted_before = self.preemptions
         while True:
             plan = self._plan_running(step)
@@ -118,8 +109,9 @@ class Scheduler:
     def _plan_running(self, step: int) -> StepPlan:
         plan = StepPlan(step)
         budget = self.chunk_size
-        decodes = [r for r in self.running if r.pending == 1]
-        prefills = [r for r in self.running if r.pending > 1]
+        pending = [(r, r.pending) for r in self.running]
+        decodes = [r for r, n in pending if n == 1]
+        prefills = [r for r, n in pending if n > 1]
         for req in decodes + prefills:
             if budget == 0:
                 break
@@ -195,8 +187,9 @@ class Scheduler:
     def _import_prefix(self, req: Request) -> None:
         if self.prefix_cache is None:
             return
-        # At least the last known token must run: its row predicts the next token.
-        entry = self.prefix_cache.lookup(req.tokens, req.length - 1)
+        # At least the first needed row must run (the last token's, which predicts the next
+        # one; for a score request the row before its first target).
+        entry = self.prefix_cache.lookup(req.tokens, req.first_needed_row)
         if entry is None:
             return
         try:
@@ -220,14 +213,19 @@ class Scheduler:
             if self.prefix_cache is not None and req.exported_pages < full_prompt_pages:
                 last = min(req.num_computed, len(req.prompt)) // self.page_size
                 if last > req.exported_pages:
-                    self.prefix_cache.offer(slot, req.prompt, req.exported_pages, last)
+                    self.prefix_cache.offer(
+                        slot, req.prompt, req.exported_pages, last, keys=req.prefix_keys
+                    )
                     req.exported_pages = last
             # Exports happen before the trim; a later export ends past `num_computed` and so
             # needs only window pages the trim keeps.
             self.kv.trim(slot, req.num_computed)
 
     def finish(self, req: Request) -> None:
+        """The request is done (its final tokens came back, or it was aborted): free it."""
         self._release(req)
+        if req in self.waiting:
+            self.waiting.remove(req)
         req.status = Status.FINISHED
         self.finished.append(req)
 
@@ -242,7 +240,7 @@ class Scheduler:
         for req in list(self.running):
             self._release(req)
             req.status = Status.FAILED
-            req.error = req.error or f"request {req.index}: aborted"
+            req.error = req.error or f"{req.label}: aborted"
 
     def _release(self, req: Request) -> None:
         if req.slot is not None:
@@ -263,11 +261,12 @@ class Scheduler:
     def _fail(self, req: Request, message: str) -> None:
         self._release(req)
         req.status = Status.FAILED
+        req.finish_reason = "error"
         req.error = message
         self.failed.append(req)
 
     def _too_big_message(self, req: Request, exc: BaseException) -> str:
         return (
-            f"request {req.index}: the cache is too small for this request alone "
+            f"{req.label}: the cache is too small for this request alone "
             f"(needs room for {req.num_computed + 1}+ of its {req.length} tokens; {exc})"
         )

@@ -98,8 +98,9 @@ class KVState:
         d = cfg.head_dim
 
         pages_per_req = -(-max_tokens_per_request // page_size)
+        # Block-table rows go up in one asynchronous copy per allocator and step (`flush`).
         self.window_alloc = PageAllocator(
-            num_pages, page_size, max_requests, pages_per_req, self.device
+            num_pages, page_size, max_requests, pages_per_req, self.device, deferred_sync=True
         )
         self.window: list[PagedCache] = [
             PagedCache.allocate(self.window_fmt, d, page_size, num_pages, device=self.device)
@@ -109,7 +110,12 @@ class KVState:
         for m in cfg.ratios_in_use:
             entries = max_tokens_per_request // m
             self.comp_alloc[m] = PageAllocator(
-                num_pages, page_size, max_requests, max(1, -(-entries // page_size)), self.device
+                num_pages,
+                page_size,
+                max_requests,
+                max(1, -(-entries // page_size)),
+                self.device,
+                deferred_sync=True,
             )
         self.comp: dict[int, PagedCache] = {}
         self.index_keys: dict[int, PagedCache] = {}
@@ -174,6 +180,17 @@ class KVState:
                 raise CacheFullError(req, need, a.num_free, a.page_size)
         for _, m, a in self._allocs():
             a.ensure(req, self._tokens_for(m, num_tokens))
+
+    def flush(self) -> None:
+        """Upload every allocator's changed block-table rows (asynchronous on CUDA; a no-op
+        when nothing changed). `Model.forward` calls it; under CUDA-graph capture the engine
+        calls it before the replay."""
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            if any(a.pending_sync for _, _, a in self._allocs()):
+                raise RuntimeError("block tables changed during CUDA-graph capture")
+            return
+        for _, _, a in self._allocs():
+            a.flush()
 
     def trim(self, req: int, next_pos: int) -> None:
         """Return window pages no query at `>= next_pos` can see (wholly before

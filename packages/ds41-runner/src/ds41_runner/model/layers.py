@@ -147,6 +147,7 @@ def _compress(
     """Compressor -> latent entries; index keys from the pre-RoPE latent; RoPE at `e*m`,
     quantize and write the compressed cache (SPEC sections 3, 5, 6)."""
     from ds41_cache.insert import insert
+    from ds41_indexer import write_index_keys
 
     kv = ctx.kv
     m = plan.ratio
@@ -165,48 +166,14 @@ def _compress(
     slots = entry_slots(kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size)
     entry_pos = (entry.clamp(min=0) * m).to(torch.int32)
     k_proj = rt.lin(latent, lw.wk_idx)
-    _write_index_keys(
+    write_index_keys(
         k_proj, lw.k_norm, cfg.rms_norm_eps, entry_pos, freqs, kv.index_keys[layer], slots,
-        rt.backend, ctx.validate,
+        backend=rt.backend, validate=ctx.validate,
     )  # fmt: skip
     insert(kv.comp[layer], latent, slots, positions=entry_pos, freqs=freqs, validate=ctx.validate)
     if ctx.capture is not None:
         ctx.capture[f"latent{layer}"] = latent
         ctx.capture[f"emit{layer}"] = emit
-
-
-def _write_index_keys(
-    k_proj: torch.Tensor,
-    norm_weight: torch.Tensor,
-    eps: float,
-    entry_pos: torch.Tensor,
-    freqs: torch.Tensor,
-    key_cache: Any,
-    slots: torch.Tensor,
-    backend: str,
-    validate: bool,
-) -> None:
-    """ds41_indexer.write_index_keys; while it takes no `validate` keyword, the same two steps
-    (its row RMSNorm, then `ds41_cache.insert`) are composed here so `validate=False` reaches
-    the insert (no host sync under CUDA-graph capture)."""
-    import inspect
-
-    from ds41_indexer import write_index_keys
-
-    if validate or "validate" in inspect.signature(write_index_keys).parameters:
-        kw: dict[str, Any] = {"backend": backend}
-        if not validate:
-            kw["validate"] = False
-        write_index_keys(k_proj, norm_weight, eps, entry_pos, freqs, key_cache, slots, **kw)
-        return
-    from ds41_cache.insert import insert
-    from ds41_indexer import rms_norm_rows
-
-    normed = rms_norm_rows(k_proj, norm_weight, eps)
-    insert(
-        key_cache, normed, slots, positions=entry_pos, freqs=freqs, backend=backend,
-        validate=False,
-    )  # fmt: skip
 
 
 def _index_queries(

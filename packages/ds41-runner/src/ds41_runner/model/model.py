@@ -127,17 +127,34 @@ class Model:
         *,
         validate: bool = True,
         capture: dict[str, Any] | None = None,
+        logit_rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`tokens: int64 [T]`, `req_idx: int32 [T]` (-1 = padding), `pos: int32 [T]` ->
-        log-probabilities f32 `[T, V]`.
+        log-probabilities f32 `[T, V]`, or `[S, V]` for the rows `logit_rows: int64 [S]` only
+        (the final norm, LM head and log-softmax are row-wise, so a row's bits are the same).
 
         Rows of a request have consecutive ascending positions; the caches hold all earlier
         positions and `kv.reserve` covered these. Padding rows write nothing (their output
         is unspecified). `validate=False` skips every check that syncs with the host.
         `capture`, when a dict, receives per-layer intermediates (`attn{l}`, `lse{l}`,
         `topk{l}`, `latent{l}`, `emit{l}`, `candidates{l}`) for tests.
+
+        Pending block-table changes of `kv` are uploaded first (`kv.flush()`); under CUDA-graph
+        capture the caller must have flushed them already.
         """
-        self._check_inputs(tokens, req_idx, pos, kv, validate)
+        self._check_inputs(tokens, req_idx, pos, kv)
+        if logit_rows is not None and (
+            logit_rows.dim() != 1
+            or logit_rows.dtype != torch.int64
+            or logit_rows.device != self.device
+        ):
+            raise TypeError(
+                f"logit_rows must be int64 [S] on {self.device}, got {logit_rows.dtype} "
+                f"{list(logit_rows.shape)} on {logit_rows.device}"
+            )
+        kv.flush()
+        if validate:
+            self._check_values(tokens, req_idx, pos, kv)
         cfg, w, rt = self.cfg, self.weights, self.runtime
         valid = req_idx >= 0
         win_slots = entry_slots(kv.window_alloc.block_table, req_idx, pos, valid, kv.page_size)
@@ -151,6 +168,8 @@ class Model:
             x = x + mlp_block(lw, rt.norm(x, lw.mlp_norm, eps), rt)
             if capture is not None:
                 capture[f"hidden{plan.layer}"] = x
+        if logit_rows is not None:
+            x = x.index_select(0, logit_rows)
         h = rt.norm(x, w.final_norm, eps)
         logits = rt.lin(h, w.lm_head, out_dtype=torch.float32)
         return log_softmax(logits, backend=self.backend)
@@ -163,7 +182,6 @@ class Model:
         req_idx: torch.Tensor,
         pos: torch.Tensor,
         kv: KVState,
-        validate: bool,
     ) -> None:
         if not isinstance(kv, KVState):
             raise TypeError(f"kv must be a KVState, got {type(kv).__name__}")
@@ -180,7 +198,13 @@ class Model:
         for name, x in (("tokens", tokens), ("req_idx", req_idx), ("pos", pos)):
             if x.device != self.device:
                 raise ValueError(f"{name} is on {x.device}, the model on {self.device}")
-        if not validate or t == 0:
+
+    def _check_values(
+        self, tokens: torch.Tensor, req_idx: torch.Tensor, pos: torch.Tensor, kv: KVState
+    ) -> None:
+        """Value checks (host syncs): request slots, token ids, positions, reserved pages."""
+        t = tokens.shape[0]
+        if t == 0:
             return
         r = req_idx.cpu().tolist()
         p = pos.cpu().tolist()
