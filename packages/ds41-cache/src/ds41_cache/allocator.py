@@ -7,9 +7,9 @@ ids; it never touches cache bytes.
 Bookkeeping lives on the host; `block_table` is a device tensor whose identity never changes
 (CUDA graphs capture its address) and whose rows are refreshed from the host copy after every
 change, or, with `deferred_sync=True`, by `flush()`: the changed rows go up in one asynchronous
-copy from pinned memory, so a serving step that changes many rows costs no host sync. A request's *extent* is the number of logical pages it has covered so far; entries
-below the extent may be -1 after `release_before` (a sliding window keeps O(W) pages, not
-O(context)).
+copy from pinned memory, so a serving step that changes many rows costs no host sync.
+A request's *extent* is the number of logical pages it has covered so far; entries below the
+extent may be -1 after `release_before` (a sliding window keeps O(W) pages, not O(context)).
 
 Pages are shared by reference counting (prefix cache): `share` and `attach` give a request
 pages another holder already owns. Shared pages are read-only by convention: a holder that
