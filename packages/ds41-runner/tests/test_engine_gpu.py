@@ -81,16 +81,19 @@ MIXED = CUDA + ["model=flash_mini", "chunk_size=64", "max_tokens_per_request=512
 
 
 def _online(engine: Engine, prompts: list[list[int]], adds: list[int], new: int,
-            abort_at: dict[int, int] | None = None) -> dict[int, tuple[list[int], list[float]]]:  # fmt: skip
-    """Add request i before step adds[i]; abort request j before step abort_at[j]."""
+            abort_at: dict[int, int] | None = None, first: int = 0,
+            ) -> dict[int, tuple[list[int], list[float]]]:  # fmt: skip
+    """Add request i before step adds[i] (its sampling parameters are those of request
+    `first + i`); abort request j before step abort_at[j]."""
     out: dict[int, tuple[list[int], list[float]]] = {}
     ids: dict[int, int] = {}
     step = 0
     while len(ids) < len(prompts) or engine.has_unfinished():
         for i, a in enumerate(adds):
             if a == step:
-                ids[engine.add_request(prompts[i], max_new_tokens=new, seed=i,
-                                       temperature=[0.0, 0.9][i % 2], top_p=0.9)] = i  # fmt: skip
+                k = first + i
+                ids[engine.add_request(prompts[i], max_new_tokens=new, seed=k,
+                                       temperature=[0.0, 0.9][k % 2], top_p=0.9)] = i  # fmt: skip
         for j, a in (abort_at or {}).items():
             if a == step and j in ids.values():
                 rid = next(r for r, i in ids.items() if i == j)
@@ -115,7 +118,7 @@ def test_mixed_step_graphs_overlap_and_online_api_equal_eager_alone() -> None:
     adds = [0, 0, 1, 3, 4, 9]
     g = _online(graph, prompts, adds, 10, abort_at={2: 6})
     p = _online(plain, prompts, adds, 10)
-    alone = {i: _online(eager, [prompts[i]], [0], 10)[0] for i in range(6)}
+    alone = {i: _online(eager, [prompts[i]], [0], 10, first=i)[0] for i in range(6)}
     mixed = [r for r in graph.stats.records if r.graph and not r.decode_only and r.requests > 1]
     assert mixed, "no mixed prefill+decode step was replayed from a graph"
     for i in range(6):

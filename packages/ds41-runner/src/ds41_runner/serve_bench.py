@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
 from .engine import Engine
 from .model import KVState, Model, ModelConfig
@@ -157,8 +158,8 @@ def serve(
 def _kernel_seconds(prof: torch.profiler.profile) -> float:
     """Union of the CUDA kernels' [start, end) intervals, in seconds."""
     spans = []
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.time_range.elapsed_us() > 0:
+    for ev in prof.events():  # type: ignore[no-untyped-call]
+        if ev.device_type == DeviceType.CUDA and ev.time_range.elapsed_us() > 0:
             spans.append((ev.time_range.start, ev.time_range.end))
     spans.sort()
     total, cur_s, cur_e = 0, None, None

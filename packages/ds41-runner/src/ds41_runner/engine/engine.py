@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -81,7 +80,8 @@ class StepRecord:
     decode_only: bool
     graph: bool
     seconds: float
-    """Host time to plan and launch the step (the device runs it asynchronously)."""
+    """Host time spent on the step: planning and launching it, then handing its results to
+    the requests (not the wait for the device, which runs it asynchronously)."""
     entries: tuple[tuple[int, int, bool], ...] = ()
     """(request id, rows run, whether the step sampled a token for it) per scheduled request."""
 
@@ -122,6 +122,7 @@ class _InFlight:
     samples: list[tuple[Request, int]]
     """Per logit row: its request and what it is (-1: a sampled token; k >= 0: the log-prob
     of score target k)."""
+    record: StepRecord
 
 
 class Engine:
@@ -165,7 +166,6 @@ class Engine:
             limit = min(limit, int(model_cfg.max_position))
         self.vocab_size: int = vocab_size
         self.max_tokens: int = limit if max_tokens is None else min(limit, max_tokens)
-        self.chunk_size = chunk_size
         self.keep_rows = keep_rows
         self.overlap = overlap
         self.device = torch.device(kv.device)
@@ -207,6 +207,17 @@ class Engine:
         self._inflight: deque[_InFlight] = deque()
         self._outbox: list[RequestOutput] = []
         self._step_no = 0
+
+    @property
+    def chunk_size(self) -> int:
+        """The per-step token budget (settable between steps)."""
+        return self.sched.chunk_size
+
+    @chunk_size.setter
+    def chunk_size(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"chunk_size must be a positive int, got {value!r}")
+        self.sched.chunk_size = value
 
     @property
     def graphs(self) -> StepRunner | None:
@@ -434,33 +445,37 @@ class Engine:
         host_t, slot = self.runner.host_in.take(layout.size)
         host = host_t.numpy()
         fill_padding(host, layout, spare)
-        tok = np.empty(t, dtype=np.int64)
-        src = np.full(t, -1, dtype=np.int64)
-        req_idx = np.empty(t, dtype=np.int64)
-        pos = np.empty(t, dtype=np.int64)
-        row = 0
+        tok: list[int] = []
+        src: list[int] = []
+        req_idx: list[int] = []
+        pos: list[int] = []
         entries: list[tuple[int, int, bool]] = []
         decode_rows = 0
         sampled_ids = {id(r) for r, k in samples if k < 0}
         for req, n in plan.entries:
             start = req.num_computed
-            known = req.known
+            prompt_len = len(req.prompt)
+            known = prompt_len + len(req.generated)
             slot_r = self.sched.slot_of(req)
             stop = min(start + n, known)
-            if stop > start:
-                seq = req.prompt if stop <= len(req.prompt) else req.tokens
-                tok[row : row + stop - start] = seq[start:stop]
+            if stop <= prompt_len:
+                tok += req.prompt[start:stop]
+            elif start < stop:
+                tok += req.prompt[start:prompt_len] if start < prompt_len else ()
+                tok += req.generated[max(start, prompt_len) - prompt_len : stop - prompt_len]
             if start + n > known:  # the in-flight token, still on the device
                 if start + n != known + 1:
                     raise RuntimeError(f"{req.label}: more than one token in flight")
-                tok[row + n - 1] = 0
-                src[row + n - 1] = slot_r
-            req_idx[row : row + n] = slot_r
-            pos[row : row + n] = np.arange(start, start + n)
-            if n == 1 and req.pending == 1:
+                tok.append(0)
+                src += [-1] * (n - 1)
+                src.append(slot_r)
+            else:
+                src += [-1] * n
+            req_idx += [slot_r] * n
+            pos += range(start, start + n)
+            if n == 1 and start + 1 == req.length:
                 decode_rows += 1
             entries.append((req.index, n, id(req) in sampled_ids))
-            row += n
         host[layout.span("tokens")][:t] = tok
         host[layout.span("token_source")][:t] = src
         host[layout.span("req_idx")][:t] = req_idx
@@ -508,13 +523,12 @@ class Engine:
         for req, k in samples:
             if k < 0:
                 req.inflight += 1
-        self._inflight.append(_InFlight(launched, samples))
         self.sched.complete(plan)
-
         rec = StepRecord(
             self._step_no, t, len(plan.entries), plan_decode_only(plan, decode_rows),
             launched.graph, time.perf_counter() - t0, tuple(entries),
         )  # fmt: skip
+        self._inflight.append(_InFlight(launched, samples, rec))
         st = self.stats
         st.steps += 1
         st.rows += t
@@ -528,6 +542,7 @@ class Engine:
     def _process(self, fl: _InFlight) -> None:
         """Hand a finished step's tokens and log-probs to their requests."""
         tokens, logprobs = fl.launched.wait()
+        t0 = time.perf_counter()
         new: dict[int, tuple[Request, list[int], list[float]]] = {}
         for j, (req, k) in enumerate(fl.samples):
             if req.done:
@@ -558,6 +573,7 @@ class Engine:
                 self._finish(req, reason, emit=False)
                 out.finished, out.finish_reason = True, reason
             self._outbox.append(out)
+        fl.record.seconds += time.perf_counter() - t0
 
     def _finish(self, req: Request, reason: FinishReason, *, emit: bool = True) -> None:
         self.sched.finish(req)

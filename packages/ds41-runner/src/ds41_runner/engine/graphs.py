@@ -229,5 +229,5 @@ class StepRunner:
         out_host, k = self.host_out.take(n)
         out_host[:n].copy_(out, non_blocking=True)
         event = self.host_out.record(k)
-        rows = logp[:logit_rows].cpu() if self.keep_rows else None
+        rows = logp[:logit_rows].to("cpu", copy=True) if self.keep_rows else None
         return Launched(out_host, event, logit_rows, layout.logit_rows, rows, bucket is not None)

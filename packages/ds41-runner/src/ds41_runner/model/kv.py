@@ -131,6 +131,9 @@ class KVState:
                 self.compressors[p.layer] = Compressor(
                     p.ratio, d, max_requests, capacity=cfg.compressor_capacity, device=self.device
                 )
+        # Per request: positions below this are covered by pages of every kind (reserve's fast
+        # path; pages are only added by reserve/import and dropped all at once by free).
+        self._covered = [0] * max_requests
         # Earliest window position a request may read (SPEC section 7); always 0 here: a prefix
         # hit shares every page of the last window.
         self.replay_start = torch.zeros(max_requests, dtype=torch.int32, device=self.device)
@@ -174,12 +177,22 @@ class KVState:
                 f"num_tokens must lie in [0, {self.max_tokens_per_request}] "
                 f"(max_tokens_per_request), got {num_tokens} for request {req}"
             )
+        if self._covered[req] >= num_tokens:  # the common serving case: a page already holds it
+            return
         for _, m, a in self._allocs():
             need = a.pages_needed(req, self._tokens_for(m, num_tokens))
             if need > a.num_free:
                 raise CacheFullError(req, need, a.num_free, a.page_size)
         for _, m, a in self._allocs():
             a.ensure(req, self._tokens_for(m, num_tokens))
+        self._covered[req] = self._coverage(req)
+
+    def _coverage(self, req: int) -> int:
+        """Positions `< n` for which every allocator holds the request's pages."""
+        return min(
+            a.extent(req) * self.page_size * max(m, 1) + (max(m, 1) - 1)
+            for _, m, a in self._allocs()
+        )
 
     def flush(self) -> None:
         """Upload every allocator's changed block-table rows (asynchronous on CUDA; a no-op
@@ -206,6 +219,7 @@ class KVState:
         for _, _, a in self._allocs():
             if a.is_active(req):
                 a.free(req)
+        self._covered[req] = 0
         for c in self.compressors.values():
             c.reset(req)
 
