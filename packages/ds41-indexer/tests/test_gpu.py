@@ -115,3 +115,111 @@ def test_gpu_bf16_logits() -> None:
     f32 = index_logits(*args)
     b16 = index_logits(*args, out_dtype=torch.bfloat16)
     assert torch.equal(b16, f32.to(torch.bfloat16))
+
+
+def tie_heavy_rows(t: int, n: int, seed: int) -> torch.Tensor:
+    """[t, n] fp32 on the GPU: every fourth row distinct, the others full of exact ties
+    (bf16-collapsed scores, a few levels, +-0.0 and -inf runs)."""
+    g = torch.Generator(device=CUDA).manual_seed(seed)
+    x = torch.randn(t, n, device=CUDA, generator=g)
+    kind = torch.arange(t, device=CUDA)[:, None] % 4
+    levels = x.mul(2).round().div(2)
+    collapsed = (1 + x * 1e-3).to(torch.bfloat16).float()
+    zeros = torch.where(x < 0, -0.0, 0.0) + torch.where(x > 1.5, float("-inf"), 0.0)
+    return torch.where(
+        kind == 0, x, torch.where(kind == 1, levels, torch.where(kind == 2, collapsed, zeros))
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "n"),
+    [(1, 4096), (7, 5000), (64, 131072), (256, 65536), (2, 1 << 20), (1, (1 << 20) + 77)],
+)
+def test_gpu_topk_bitwise_equals_torch_reference(rows: int, n: int) -> None:
+    """The Triton radix selector == the torch reference, bitwise, with ties, -0.0/+0.0, -inf,
+    rows with fewer than k visible entries and empty rows."""
+    logits = tie_heavy_rows(rows, n, seed=rows + n)
+    g = torch.Generator(device=CUDA).manual_seed(n)
+    nv = torch.randint(0, n + 1, (rows,), device=CUDA, generator=g, dtype=torch.int32)
+    nv[0] = n
+    if rows > 2:
+        nv[1], nv[2] = 0, 300  # empty, fewer than k
+    for k in (1, 512):
+        got = index_topk(logits, nv, k)
+        assert torch.equal(got, index_topk(logits, nv, k, backend="torch")), k
+        # Each row alone gives its batch answer.
+        assert torch.equal(index_topk(logits[-1:], nv[-1:], k), got[-1:])
+
+
+def test_gpu_logits_and_topk_row_invariance_1_to_256_rows_and_graph() -> None:
+    """Mixed requests (prefill chunks and decode rows): a row's logits and top-k are bitwise the
+    same in batches of 1..256 rows and under CUDA-graph replay."""
+    sc = make_scenario(
+        "mxfp4", [3000, 700, 1900], di=128, hi=32, page_size=64, seed=21, device=CUDA
+    )
+    g = torch.Generator().manual_seed(22)
+    req = torch.randint(0, 3, (256,), generator=g).to(torch.int32)
+    lens = torch.tensor([3000, 700, 1900])
+    pos = (torch.rand(256, generator=g) * lens[req.long()]).long().clamp(min=0).to(torch.int32)
+    req, pos = req.to(CUDA), pos.to(CUDA)
+    q, w = make_queries(256, 32, 128, seed=23, device=CUDA)
+    args = (sc.cache, sc.block_table)
+    full_l = index_logits(q, w, *args, req, pos, 1)
+    full_k = paged_index_topk(q, w, *args, req, pos, 1, 512)
+    for size in (1, 2, 8, 64, 255):
+        s = slice(256 - size, 256)
+        assert torch.equal(index_logits(q[s], w[s], *args, req[s], pos[s], 1), full_l[s]), size
+        assert torch.equal(paged_index_topk(q[s], w[s], *args, req[s], pos[s], 1, 512), full_k[s])
+    nv = visible_entries(req, pos, 1)
+    assert torch.equal(full_k.cpu(), index_topk(full_l.cpu(), nv.cpu(), 512, backend="torch"))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        paged_index_topk(q, w, *args, req, pos, 1, 512, validate=False)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_k = paged_index_topk(q, w, *args, req, pos, 1, 512, validate=False)
+        out_l = index_logits(q, w, *args, req, pos, 1, validate=False)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out_k, full_k) and torch.equal(out_l, full_l)
+
+
+def test_gpu_extreme_scale_bytes() -> None:
+    """Tiles with scale bytes 0, 1 and 253 (outside the tensor-core path's range) decode exactly."""
+    sc = make_scenario("mxfp4", [200], di=128, hi=32, page_size=64, seed=24)
+    cache, table = sc.cache, sc.block_table
+    page = int(table[0, 1])  # entries 64..127; the other pages stay on the fast path
+    data = cache.data_view()[page]
+    data.copy_(data & 0x55)  # codes <= 5: 3 * 2**126 stays finite
+    g = torch.Generator().manual_seed(25)
+    choice = torch.tensor([0, 1, 253], dtype=torch.uint8)
+    cache.scale_view()[page] = choice[
+        torch.randint(0, 3, cache.scale_view()[page].shape, generator=g)
+    ]
+    from ds41_cache.insert import gather
+
+    e = torch.arange(200)
+    slots = table[0].long()[e // 64] * 64 + e % 64
+    sc.keys[0] = gather(cache, slots, backend="torch").double()
+    q, w = make_queries(2, 32, 128, seed=26)
+    q = (q.float() * 2.0**-60).to(torch.bfloat16)
+    req = torch.tensor([0, 0], dtype=torch.int32)
+    pos = torch.tensor([199, 100], dtype=torch.int32)
+    ref, bound = reference_logits(sc, q, w, req, pos, 1, 256)
+    gcache = PagedCache(
+        cache.fmt,
+        cache.dim,
+        cache.page_size,
+        cache.num_pages,
+        cache.page_stride,
+        cache.storage.to(CUDA),
+    )
+    got = index_logits(
+        q.to(CUDA), w.to(CUDA), gcache, table.to(CUDA), req.to(CUDA), pos.to(CUDA), 1
+    )
+    got = got.cpu().double()
+    fin = torch.isfinite(ref)
+    assert torch.equal(fin, torch.isfinite(got))
+    assert bool(((got - ref).abs()[fin] <= 1e-5 * bound[fin] + 1e-30).all())

@@ -149,3 +149,48 @@ def test_row_count_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     assert torch.equal(
         full, index_topk(index_logits(q, w, *args, req, pos, 1, backend="triton"), nv, 8)
     )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("where", ["q", "weights"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_validate_rejects_non_finite_inputs(backend: str, where: str, bad: float) -> None:
+    """validate=True rejects a NaN/inf query or head weight on every backend (a NaN score would
+    otherwise change the selection silently); the error names the argument."""
+    sc, q, w, req, pos = setup(seed=10)
+    if where == "q":
+        q = q.clone()
+        q[3, 1, 5] = bad
+    else:
+        w = w.clone()
+        w[3, 2] = bad
+    args = (q, w, sc.cache, sc.block_table, req, pos, 1)
+    with pytest.raises(ValueError, match=f"{where} must be finite"):
+        paged_index_topk(*args, 8, backend=backend)
+    with pytest.raises(ValueError, match=f"{where} must be finite"):
+        index_logits(*args, backend=backend)
+
+
+@pytest.mark.interpreter
+def test_kernel_reads_stay_in_bounds_without_validation() -> None:
+    """validate=False with a request id past the table, a position past its width and pages
+    outside the cache: the kernel reads nothing out of bounds; such keys score as zero keys and
+    a request id outside the table is a padding row."""
+    sc, q, w, req, pos = setup(seed=11)
+    table = sc.block_table.clone()
+    table[1, 2] = sc.cache.num_pages + 7  # entries 16..23 of request 1
+    table[1, 3] = -5  # entries 24..31
+    req = torch.tensor([1, 1, 9, 0], dtype=torch.int32)
+    pos = torch.tensor([40, 10_000, 3, 20], dtype=torch.int32)
+    q, w = q[:4], w[:4]
+    args = (q, w, sc.cache, table, req, pos, 1)
+    logits = index_logits(*args, backend="triton", validate=False)
+    good = index_logits(q[:1], w[:1], sc.cache, sc.block_table, req[:1], pos[:1], 1)
+    assert bool((logits[0, 16:32] == 0).all())
+    assert torch.allclose(logits[0, :16], good[0, :16], rtol=1e-5)
+    assert torch.allclose(logits[0, 32:41], good[0, 32:41], rtol=1e-5)
+    assert bool(torch.isinf(logits[2]).all())
+    n_cols = table.shape[1] * sc.cache.page_size
+    assert bool(torch.isfinite(logits[1, :n_cols]).all())
+    got = paged_index_topk(*args, 8, backend="triton", validate=False)
+    assert bool((got >= -1).all()) and bool((got < n_cols).all()) and bool((got[0] >= 0).all())

@@ -2,8 +2,10 @@
 
 Index heads Hi=32, Di=128, mxfp4 keys, k=512, ratio 1. Every row is a decode row of its own
 request at the last position of a `context`-entry key cache, so each row reads `context * 68`
-key bytes from HBM (no sharing between rows). Reports the fused time, the unfused logits-only
-time, key-cache GB/s of the fused path and its ratio to the measured copy ceiling.
+key bytes from HBM (no sharing between rows). Per size it reports three stages, each captured in
+a CUDA graph and timed over replays (median): the logits alone (`index_logits`, fp32 `[T, N]`),
+the top-k alone (`index_topk` on those logits) and the fused call (`paged_index_topk`), plus
+key-cache GB/s of the logits and of the fused call and their ratio to the copy ceiling.
 `--smoke` runs tiny contexts on the CPU (torch backend) so a test can exercise the script.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -39,7 +42,9 @@ class Result:
     rows: int
     fused_ms: float
     logits_ms: float
+    topk_ms: float
     key_gb: float
+    logits_gbs: float
     gbs: float
     ratio_to_copy: float
     tflops: float
@@ -47,21 +52,34 @@ class Result:
 
 
 def _time(fn: Callable[[], object], device: torch.device, iters: int) -> float:
+    """Median ms of `fn`: on CUDA one CUDA-graph replay per sample (no host overhead)."""
     fn()  # warm-up (and JIT compile)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / iters
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(iters):
         start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         stop = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
-        for _ in range(iters):
-            fn()
+        graph.replay()
         stop.record()
-        torch.cuda.synchronize()
-        return float(start.elapsed_time(stop)) / iters
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    return (time.perf_counter() - t0) * 1e3 / iters
+        stop.synchronize()  # type: ignore[no-untyped-call]
+        samples.append(float(start.elapsed_time(stop)))
+    del graph
+    return statistics.median(samples)
 
 
 def make_cache(
@@ -118,9 +136,12 @@ def run(
             req = torch.arange(t, dtype=torch.int32, device=device)
             pos = torch.full((t,), ctx - 1, dtype=torch.int32, device=device)
             args = (q, w, cache, table[:t], req, pos, RATIO)
-            n_it = iters if ctx * t <= (1 << 24) else max(2, iters // 3)
-            fused = _time(partial(paged_index_topk, *args, TOPK, validate=False), device, n_it)
-            logits = _time(partial(index_logits, *args, validate=False), device, n_it)
+            fused = _time(partial(paged_index_topk, *args, TOPK, validate=False), device, iters)
+            logits = _time(partial(index_logits, *args, validate=False), device, iters)
+            scores = index_logits(*args)
+            n_vis = visible_entries(req, pos, RATIO)
+            topk = _time(partial(index_topk, scores, n_vis, TOPK, validate=False), device, iters)
+            del scores
             key_bytes = t * ctx * cache.layout.bytes_per_token
             gbs = key_bytes / (fused * 1e-3) / 1e9
             flops = 2.0 * t * ctx * HI * DI
@@ -130,7 +151,9 @@ def run(
                     t,
                     fused,
                     logits,
+                    topk,
                     key_bytes / 1e9,
+                    key_bytes / (logits * 1e-3) / 1e9,
                     gbs,
                     gbs / COPY_CEILING_GBS,
                     flops / (fused * 1e-3) / 1e12,
@@ -143,15 +166,17 @@ def run(
 
 
 HEADER = (
-    f"{'context':>9} {'rows':>5} {'fused ms':>10} {'logits ms':>10} {'key GB':>8} "
-    f"{'GB/s':>8} {'/copy':>6} {'TFLOP/s':>8} {'check':>6}"
+    f"{'context':>9} {'rows':>5} {'logits ms':>10} {'top-k ms':>10} {'fused ms':>10} "
+    f"{'key GB':>8} {'logit GB/s':>10} {'fused GB/s':>10} {'/copy':>6} {'TFLOP/s':>8} "
+    f"{'check':>6}"
 )
 
 
 def _row(r: Result) -> str:
     return (
-        f"{r.context:>9} {r.rows:>5} {r.fused_ms:>10.3f} {r.logits_ms:>10.3f} {r.key_gb:>8.3f} "
-        f"{r.gbs:>8.1f} {r.ratio_to_copy:>6.2f} {r.tflops:>8.1f} {r.check:>6}"
+        f"{r.context:>9} {r.rows:>5} {r.logits_ms:>10.4f} {r.topk_ms:>10.4f} {r.fused_ms:>10.4f} "
+        f"{r.key_gb:>8.3f} {r.logits_gbs:>10.1f} {r.gbs:>10.1f} {r.ratio_to_copy:>6.2f} "
+        f"{r.tflops:>8.1f} {r.check:>6}"
     )
 
 
@@ -161,7 +186,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
     ap.add_argument("--json", type=str, default=None, help="write the results as JSON here")
     ap.add_argument("--contexts", type=str, default=None, help="comma-separated entry counts")
     ap.add_argument("--rows", type=str, default=None, help="comma-separated row counts")
-    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--check", action="store_true", help="also check fused == unfused per size")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -179,11 +204,9 @@ def main(argv: list[str] | None = None) -> list[Result]:
     if args.rows:
         rows = tuple(int(v) for v in args.rows.split(","))
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-    from .ops.logits.triton_kernels import tile_config
-
     print(
-        f"ds41_indexer bench on {name}: Hi={HI} Di={DI} mxfp4 k={TOPK} ratio={RATIO} "
-        f"logits tile (BLOCK_N, TILES, warps, KEYS_M)={tile_config(device)}"
+        f"ds41_indexer bench on {name}: Hi={HI} Di={DI} mxfp4 k={TOPK} ratio={RATIO}, "
+        "CUDA-graph replays (median)"
     )
     print(HEADER)
     results = run(contexts, rows, device, iters, check=args.check)

@@ -23,7 +23,8 @@ def check_paged_inputs(
     candidates: torch.Tensor | None,
     validate: bool,
 ) -> None:
-    """Shape/dtype checks of the paged indexer inputs; value ranges too when `validate`."""
+    """Shape/dtype checks of the paged indexer inputs; with `validate`, value checks too (finite
+    q and weights, request ids, positions and the pages they use)."""
     check_tensor(q, "q", dtypes=(torch.bfloat16,), ndim=3)
     t, hi, di = q.shape
     dev = q.device
@@ -47,6 +48,11 @@ def check_paged_inputs(
         if candidates.shape[0] != t:
             raise ValueError(f"candidates must have {t} rows, got shape {list(candidates.shape)}")
     if validate:
+        # A NaN or inf query/weight makes NaN scores, whose order no backend defines: reject
+        # them here, before any backend runs, so every backend behaves the same.
+        for name, x in (("q", q), ("weights", weights)):
+            if x.numel() and not bool(torch.isfinite(x).all()):
+                raise ValueError(f"{name} must be finite (no NaN or inf) when validate=True")
         check_rows_in_table(
             block_table, req_idx, pos, ratio, key_cache.page_size, key_cache.num_pages
         )
