@@ -238,3 +238,33 @@ def test_sampling_filters_row_independent() -> None:
             keep.append(v)
             acc += float(probs[v])
         assert full[i].item() in keep
+
+
+def test_non_finite_log_probs_fail_that_request_only() -> None:
+    from test_engine_scheduler import FakeModel
+
+    poison = 7  # rows whose input token is this id produce NaN log-probs
+
+    class NaNModel(FakeModel):
+        def forward(self, tokens, req_idx, pos, kv, *, validate=True, logit_rows=None):  # type: ignore[no-untyped-def]
+            out = super().forward(tokens, req_idx, pos, kv, validate=validate)
+            out[tokens == poison] = float("nan")
+            return out if logit_rows is None else out[logit_rows]
+
+    good = [1, 2, 3, 4]
+    for overlap in (False, True):
+        eng = make_engine(overlap=overlap)
+        eng.model = NaNModel()
+        eng.runner.model = eng.model
+        bad = eng.add_request([3, 5, poison], max_new_tokens=4)
+        ok = eng.add_request(good, max_new_tokens=4)
+        outs: dict[int, list[RequestOutput]] = {}
+        while eng.has_unfinished():
+            drain(eng, outs)
+        last = outs[bad][-1]
+        assert last.finish_reason == "error" and "request 0" in str(last.error)
+        assert "position 2" in str(last.error) and "non-finite" in str(last.error)
+        assert [t for o in outs[ok] for t in o.new_token_ids] == run_alone(good, max_new_tokens=4)[
+            0
+        ]
+        assert_no_leak(eng)

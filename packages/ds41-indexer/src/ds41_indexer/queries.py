@@ -24,11 +24,13 @@ def prepare_index_queries(
     n_heads: int,
     *,
     backend: str = "auto",
+    validate: bool = True,
 ) -> torch.Tensor:
     """q_proj: [T, Hi*Di] bf16|f32 (= wq_b_idx(qr)); positions: int [T]; freqs: f32 [R/2].
 
     Returns bf16 [T, Hi, Di]: RoPE at `positions` on the last R channels of each head (stored
-    as bf16), then MXFP4 quantize-dequantize per 32-channel block.
+    as bf16), then MXFP4 quantize-dequantize per 32-channel block. `validate=False` skips the
+    codec's finiteness check (a host sync), so the call can be captured in a CUDA graph.
     """
     check_tensor(q_proj, "q_proj", dtypes=(torch.bfloat16, torch.float32), ndim=2)
     check_positive_int(n_heads, "n_heads")
@@ -43,7 +45,7 @@ def prepare_index_queries(
         raise ValueError(f"positions must have shape {[t]}, got {list(positions.shape)}")
     q = q_proj.to(torch.bfloat16).view(t, n_heads, head_dim)
     q = apply_rope(q, positions, freqs)
-    return quantize_dequantize(QUERY_FORMAT, q, backend=backend)
+    return quantize_dequantize(QUERY_FORMAT, q, backend=backend, check_finite=validate)
 
 
 index_queries = prepare_index_queries

@@ -547,6 +547,13 @@ class Engine:
         for j, (req, k) in enumerate(fl.samples):
             if req.done:
                 continue  # aborted, failed or stopped while this step ran: its rows are waste
+            if not math.isfinite(logprobs[j]):
+                # A NaN/inf activation: fail this request alone (its rows never mix with
+                # others). Which layer produced it is only known with validate=True checks.
+                p = req.known - 1 if k < 0 else (req.score_from or 0) - 1 + k
+                self._fail(req, f"{req.label}: the model produced a non-finite log-prob at "
+                                f"position {p} (NaN or inf activations)")  # fmt: skip
+                continue
             if k < 0:
                 req.inflight -= 1
                 req.generated.append(tokens[j])
@@ -583,6 +590,16 @@ class Engine:
         if emit:
             self._outbox.append(RequestOutput(req.index, [], [], True, reason, req.error))
 
+    def _fail(self, req: Request, message: str) -> None:
+        req.error = message
+        self.sched.finish(req)
+        req.status = Status.FAILED
+        req.finish_reason = "error"
+        self.stats.failed += 1
+        self._live.pop(req.index, None)
+        self._finished_ids.add(req.index)
+        self._outbox.append(RequestOutput(req.index, [], [], True, "error", message))
+
     def _collect_failed(self) -> None:
         while self.sched.failed:
             req = self.sched.failed.pop(0)
@@ -593,13 +610,7 @@ class Engine:
 
     def _fail_all(self, message: str) -> None:
         for req in list(self._live.values()):
-            req.error = req.error or f"{req.label}: {message}"
-            self.sched.finish(req)
-            req.status = Status.FAILED
-            req.finish_reason = "error"
-            self._live.pop(req.index, None)
-            self._finished_ids.add(req.index)
-            self._outbox.append(RequestOutput(req.index, [], [], True, "error", req.error))
+            self._fail(req, req.error or f"{req.label}: {message}")
         self._inflight.clear()
 
     # ------------------------------------------------------------------ generate / score

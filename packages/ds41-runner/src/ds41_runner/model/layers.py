@@ -176,35 +176,6 @@ def _compress(
         ctx.capture[f"emit{layer}"] = emit
 
 
-def _index_queries(
-    q_proj: torch.Tensor,
-    pos: torch.Tensor,
-    freqs: torch.Tensor,
-    n_heads: int,
-    rt: Runtime,
-    ctx: StepContext,
-) -> torch.Tensor:
-    """ds41_indexer.prepare_index_queries (RoPE at p, MXFP4 quantize-dequantize); with
-    `validate=False` and no such keyword there, the same steps are composed here with the
-    codec's finiteness check (a host sync) off."""
-    import inspect
-
-    from ds41_indexer import prepare_index_queries
-
-    params = inspect.signature(prepare_index_queries).parameters
-    if ctx.validate or "validate" in params:
-        kw: dict[str, Any] = {"backend": rt.backend}
-        if not ctx.validate:
-            kw["validate"] = False
-        return prepare_index_queries(q_proj, pos, freqs, n_heads, **kw)  # type: ignore[no-any-return]
-    from ds41_cache.codec import quantize_dequantize
-    from ds41_cache.rope import apply_rope
-
-    t = q_proj.shape[0]
-    q = apply_rope(q_proj.to(torch.bfloat16).view(t, n_heads, -1), pos, freqs)
-    return quantize_dequantize("mxfp4", q, backend=rt.backend, check_finite=False)
-
-
 def _index_topk(
     cfg: ModelConfig,
     plan: LayerPlan,
@@ -218,13 +189,16 @@ def _index_topk(
     """Index queries and head weights, then the indexer's top-k over the kv source's index
     keys (masked by the published candidates on Reindex layers after the candidate source);
     the candidate source publishes its candidate-block mask."""
-    from ds41_indexer import head_weights
+    from ds41_indexer import head_weights, prepare_index_queries
 
     kv = ctx.kv
     m = plan.ratio
     assert plan.kv_source is not None
     assert lw.wq_b_idx is not None and lw.weights_proj is not None
-    qi = _index_queries(rt.lin(qr, lw.wq_b_idx), ctx.pos, freqs, cfg.index_heads, rt, ctx)
+    qi = prepare_index_queries(
+        rt.lin(qr, lw.wq_b_idx), ctx.pos, freqs, cfg.index_heads, backend=rt.backend,
+        validate=ctx.validate,
+    )  # fmt: skip
     w = head_weights(rt.lin(x, lw.weights_proj, out_dtype=torch.float32), cfg.index_head_dim)
     key_cache = kv.index_keys[plan.kv_source]
     block_table = kv.comp_alloc[m].block_table
