@@ -90,8 +90,9 @@ def test_alone_vs_mixed_batch(model, kv_dtype):
         model, kv_a, {0: target}, [[(0, 0, 10)], [(0, 10, 1)], [(0, 11, 1)], [(0, 12, 1)]]
     )
     # Mixed: the target sits in slot 3 (other pages, other rows around it); other requests
-    # prefill and decode alongside, padding rows, varying row order; the target's prefill
-    # chunk and decodes share steps with other requests' prefill chunks.
+    # prefill and decode alongside, padding rows, varying row order. The target is chunked
+    # differently (prefill 4 + 6), and its positions 10-12, decode rows when alone, run here
+    # as one prefill chunk: prefill rows == decode rows.
     kv_b = make_kv(kv_dtype)
     seqs = {3: target, 0: seq(2, 10), 1: seq(3, 15)}
     mixed = run_steps(
@@ -100,10 +101,9 @@ def test_alone_vs_mixed_batch(model, kv_dtype):
         seqs,
         [
             [(1, 0, 6), (0, 0, 9)],
-            [(1, 6, 5), (3, 0, 10)],
-            [(3, 10, 1), (1, 11, 1), (0, 9, 1)],
-            [(1, 12, 1), (3, 11, 1)],
-            [(3, 12, 1)],
+            [(1, 6, 5), (3, 0, 4)],
+            [(3, 4, 6), (1, 11, 1), (0, 9, 1)],
+            [(1, 12, 1), (3, 10, 3)],
         ],
         pad_at=(0, 3),
     )
@@ -176,14 +176,20 @@ def test_prefix_import_matches_cold_run(model):
     kv.release_prefix(handle)
 
 
-def test_fast_mode_runs_close_to_bi(model):
+def test_fast_mode_computes_the_same_function(model):
+    # fast mode differs from bi only in rounding order: its log-probs sit within 0.05 of bi's
+    # (measured 0.014), while a model that is wrong in any real way (here: other weights) is
+    # off by ~5. So the test fails if fast mode computes a different function, and says
+    # nothing about invariance (on the CPU both modes run the row-wise torch path).
     s = {0: seq(12, 10)}
     fast = Model(CFG, mode="fast", backend="torch")
-    a = run_steps(model, make_kv(), s, [[(0, 0, 10)]])
-    b = run_steps(fast, make_kv(), s, [[(0, 0, 10)]])
-    diff = (stack(a[0][0]) - stack(b[0][0])).abs().max()
-    assert torch.isfinite(stack(b[0][0])).all()
-    assert float(diff) < 0.5  # same model; only rounding order differs
+    other = Model(CFG, mode="bi", backend="torch", seed=CFG.init_seed + 1)
+    a = stack(run_steps(model, make_kv(), s, [[(0, 0, 10)]])[0][0])
+    b = stack(run_steps(fast, make_kv(), s, [[(0, 0, 10)]])[0][0])
+    c = stack(run_steps(other, make_kv(), s, [[(0, 0, 10)]])[0][0])
+    assert torch.isfinite(b).all()
+    assert float((a - b).abs().max()) < 0.05
+    assert float((a - c).abs().max()) > 1.0
 
 
 def test_activations_stay_sane_over_long_prompt(model):

@@ -185,8 +185,11 @@ def run(
                 page_size=page_size,
                 device=device,
             )
-            for r in range(max_b + 1):
-                kv.reserve(r, tokens_per_req)
+            # Page by page, round robin: every request's pages are scattered over the pool as
+            # in a long-running server, not one contiguous run (the best case for gathers).
+            for upto in range(page_size, tokens_per_req + page_size, page_size):
+                for r in range(max_b + 1):
+                    kv.reserve(r, min(upto, tokens_per_req))
             _fill_synthetic_history(kv, seed=ctx)
             for mode in modes:
                 model = models[mode]
