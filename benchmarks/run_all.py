@@ -1,6 +1,6 @@
 """Run every ds41 benchmark in one process tree and collect their JSON results.
 
-    python benchmarks/run_all.py [--out DIR] [--only cache,indexer,attention,matmul,runner]
+    python benchmarks/run_all.py [--out DIR] [--only serve,cache,indexer,attention,matmul,runner]
 
 Each package's benchmark is a module (`python -m ds41_<pkg>.bench`) that prints its own table
 and writes `--json`; this script runs them in turn (a failure in one does not stop the rest)
@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 BENCHES: dict[str, list[str]] = {
+    "serve": ["-m", "ds41_runner.serve_bench"],
     "cache": ["-m", "ds41_cache.bench"],
     "indexer": ["-m", "ds41_indexer.bench"],
     "attention": ["-m", "ds41_attention.bench"],
@@ -36,6 +37,8 @@ def main() -> int:
         cmd = [sys.executable, *BENCHES[name], "--json", str(out / f"{name}.json")]
         if name == "attention":
             cmd += ["--plot", str(out / "attention_tflops.png")]
+        if name == "serve":
+            cmd += ["--markdown", str(out / "serve.md")]
         if name == "matmul":
             cmd += ["--markdown", str(out / "matmul.md")]
         if name == "runner":
