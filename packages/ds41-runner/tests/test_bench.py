@@ -19,3 +19,20 @@ def test_bench_smoke_writes_results(tmp_path):
     assert per_tok["nvfp4_ds_mla"] < per_tok["fp8_ds_mla"]
     assert len(data["ratios"]) == 4
     assert "BI / fast" in md.read_text()
+
+
+def test_serve_bench_smoke_goes_through_the_engine(tmp_path):
+    from ds41_runner import serve_bench
+
+    out = tmp_path / "serve.json"
+    md = tmp_path / "serve.md"
+    assert serve_bench.main(["--smoke", "--json", str(out), "--markdown", str(md)]) == 0
+    points = json.loads(out.read_text())["points"]
+    assert {(p["mode"], p["workload"]) for p in points} == {
+        (m, w) for m in ("bi", "fast") for w in ("burst", "poisson")
+    }
+    for p in points:
+        # every request came back with all its tokens, through Engine.step()
+        assert p["generated_tokens"] == p["requests"] * 2 and p["failed"] == 0
+        assert p["output_tok_s"] > 0 and p["ttft_p50_ms"] > 0 and p["steps"] > 0
+    assert "GPU busy" in md.read_text()

@@ -254,9 +254,7 @@ def markdown(points: list[Point]) -> str:
     fast = {p.workload: p for p in points if p.mode == "fast"}
     ratios = [f"{w}: {fast[w].output_tok_s / bi[w].output_tok_s:.2f}" for w in bi if w in fast]
     tail = (
-        f"\n\nBI/fast wall time (fast tok/s over bi tok/s): {', '.join(ratios)}\n"
-        if ratios
-        else "\n"
+        f"\n\nBI/fast time (fast over bi output tok/s): {', '.join(ratios)}\n" if ratios else "\n"
     )
     return head + "\n".join(rows) + tail
 
