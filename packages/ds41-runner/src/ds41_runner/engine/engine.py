@@ -32,14 +32,14 @@ from omegaconf import DictConfig
 from ds41_cache.backend import canonical_device
 
 from ..config import RunConfig, Validated, resolve_kv_dtype, validate
-from .graphs import Launched, StepRunner, default_buckets
+from .graphs import Launched, StepKV, StepModel, StepRunner, default_buckets
 from .prefix_cache import PrefixCache
 from .request import FinishReason, Request, RequestOutput, Result, SamplingParams, Status
 from .scheduler import Scheduler, StepPlan
 from .step_io import f32_bits, fill_padding
 
 
-class EngineKV(Protocol):
+class EngineKV(StepKV, Protocol):
     """What the engine needs of the caches (`ds41_runner.model.KVState`)."""
 
     page_size: int
@@ -50,26 +50,14 @@ class EngineKV(Protocol):
     def reserve(self, req: int, num_tokens: int) -> None: ...
     def trim(self, req: int, next_pos: int) -> None: ...
     def free(self, req: int) -> None: ...
-    def flush(self) -> None: ...
     def export_prefix(self, req: int, num_tokens: int) -> Any: ...
     def import_prefix(self, handle: Any, dst_req: int) -> None: ...
     def release_prefix(self, handle: Any) -> None: ...
     def num_free_pages(self) -> int: ...
 
 
-class EngineModel(Protocol):
-    """What the engine needs of the model (`ds41_runner.model.Model`)."""
-
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        req_idx: torch.Tensor,
-        pos: torch.Tensor,
-        kv: Any,
-        *,
-        validate: bool = True,
-        logit_rows: torch.Tensor | None = None,
-    ) -> torch.Tensor: ...
+EngineModel = StepModel
+"""What the engine needs of the model (`ds41_runner.model.Model`)."""
 
 
 @dataclass

@@ -37,12 +37,15 @@ def default_buckets(token_budget: int) -> list[int]:
 
 
 class StepModel(Protocol):
+    """The model contract of a step (`ds41_runner.model.Model`); `kv` is the model's own
+    cache type (`KVState`), so it stays `Any` here."""
+
     def forward(
         self,
         tokens: torch.Tensor,
         req_idx: torch.Tensor,
         pos: torch.Tensor,
-        kv: StepKV,
+        kv: Any,
         *,
         validate: bool = True,
         logit_rows: torch.Tensor | None = None,
