@@ -19,7 +19,7 @@ import sys
 import torch
 
 from ds41_attention.bench import FLASH, make_problem, time_graph
-from ds41_attention.ops.sparse_attention.gluon_launch import launch_gluon_sparse_attention
+from ds41_attention.ops.sparse_attention.gluon_launch import GLUON_VARIANTS
 from ds41_attention.ops.sparse_attention.launch import launch_sparse_attention
 from ds41_attention.ops.sparse_attention.naive import reference_sparse_attention
 
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, random_slots
 
 CUDA = torch.device("cuda")
-IMPLS = {"triton": launch_sparse_attention, "gluon": launch_gluon_sparse_attention}
+IMPLS = {"triton": launch_sparse_attention, **GLUON_VARIANTS}
 
 
 def _problem(wfmt: str, cfmt: str | None, rows: int, seed: int) -> tuple:
@@ -67,8 +67,10 @@ def check() -> None:
             )  # fmt: skip
             nan = bool(o.isnan().any())
             line += f" {name}: excess/vmax {excess:.2e} nan {nan} alone==batch {alone};"
-        d = (outs["gluon"][0].float() - outs["triton"][0].float()).abs().max().item()
-        print(line, f"max|gluon-triton| {d:.3e}", flush=True)
+        for name in GLUON_VARIANTS:
+            d = (outs[name][0].float() - outs["triton"][0].float()).abs().max().item()
+            line += f" max|{name}-triton| {d:.3e}"
+        print(line, flush=True)
 
 
 def bench(rows_list: list[int]) -> list[dict]:
@@ -97,15 +99,16 @@ def main() -> None:
     a = ap.parse_args()
     if not a.skip_check:
         check()
+    if not a.rows:
+        return
     res = bench([int(r) for r in a.rows.split(",")])
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
-    print("| T | triton us | triton TFLOP/s | gluon us | gluon TFLOP/s | gluon/triton |")
+    print("| T | " + " | ".join(f"{n} us | {n} TFLOP/s" for n in IMPLS) + " |")
     for r in res:
-        print(f"| {r['T']} | {r['triton_us']:.1f} | {r['triton_tflops']:.1f} | "
-              f"{r['gluon_us']:.1f} | {r['gluon_tflops']:.1f} | "
-              f"{r['gluon_us'] / r['triton_us']:.2f} |")  # fmt: skip
+        cells = " | ".join(f"{r[n + '_us']:.1f} | {r[n + '_tflops']:.1f}" for n in IMPLS)
+        print(f"| {r['T']} | {cells} |")
 
 
 if __name__ == "__main__":

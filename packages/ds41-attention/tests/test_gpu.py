@@ -18,6 +18,7 @@ from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, ran
 
 from ds41_attention import reference_sparse_attention, sparse_attention
 from ds41_attention.ops.sparse_attention.gluon_launch import (
+    GLUON_VARIANTS,
     gluon_supported,
     launch_gluon_sparse_attention,
 )
@@ -25,13 +26,13 @@ from ds41_attention.ops.sparse_attention.launch import launch_sparse_attention
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
-IMPLS = {"triton": launch_sparse_attention, "gluon": launch_gluon_sparse_attention}
+IMPLS = {"triton": launch_sparse_attention, **GLUON_VARIANTS}
 
 
 @pytest.fixture(params=sorted(IMPLS))
 def impl(request):
     """The invariant-path implementation under test (skips Gluon off Hopper)."""
-    if request.param == "gluon" and not gluon_supported(torch.zeros(1, 1, 512, device=CUDA)):
+    if request.param != "triton" and not gluon_supported(torch.zeros(1, 1, 512, device=CUDA)):
         pytest.skip("the Gluon kernel needs an sm_90 GPU")
     return IMPLS[request.param]
 
@@ -84,7 +85,7 @@ def test_fast_path_matches_reference(cfmt):
 
 @pytest.mark.parametrize("d,w,k", [(64, 8, 4), (512, 128, 2048), (512, 8, 0), (64, 128, 64)])
 def test_other_geometries(d, w, k, impl):
-    if d != 512 and impl is launch_gluon_sparse_attention:
+    if d != 512 and impl is not launch_sparse_attention:
         pytest.skip("the Gluon kernel serves D = 512 only")
     args = _problem(16, d, w, k, 9, "nvfp4", seed=d + w + k)
     out, lse = impl(*args)

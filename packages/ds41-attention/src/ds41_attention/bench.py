@@ -197,12 +197,17 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def run(
-    geo: Geometry, rows_list: tuple[int, ...], device: torch.device, reps: int, smoke: bool
+    geo: Geometry,
+    rows_list: tuple[int, ...],
+    device: torch.device,
+    reps: int,
+    smoke: bool,
+    skip: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """Time every path at each T: the Triton invariant kernel, the Hopper Gluon kernel (where
     it runs), the fast split-KV path and the torch baseline; eager CUDA events and CUDA-graph
     replay (kernel time) on the GPU."""
-    from .ops.sparse_attention.gluon_launch import gluon_supported, launch_gluon_sparse_attention
+    from .ops.sparse_attention.gluon_launch import GLUON_VARIANTS, gluon_supported
     from .ops.sparse_attention.launch import launch_sparse_attention
 
     results = []
@@ -219,7 +224,8 @@ def run(
                 sparse_attention, *p.args(), backend="torch", validate=False
             )
         if gluon_supported(p.q):
-            paths["gluon"] = functools.partial(launch_gluon_sparse_attention, *p.args())
+            for name, launch in GLUON_VARIANTS.items():
+                paths[name] = functools.partial(launch, *p.args())
         paths["fast"] = functools.partial(
             sparse_attention,
             *p.args(),
@@ -228,6 +234,8 @@ def run(
             validate=False,
         )
         paths["torch"] = functools.partial(torch_dense, p)
+        for name in skip:
+            paths.pop(name, None)
         # correctness on a few rows against the float64 reference
         sub = min(rows, 16)
         ref, _ = reference_sparse_attention(
@@ -315,7 +323,7 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
 
     ts = [r["T"] for r in results]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name in ("invariant", "gluon", "fast", "torch"):
+    for name in ("invariant", "gluon", "gluon_ws", "fast", "torch"):
         if f"{name}_tflops" not in results[0]:
             continue
         ax.plot(ts, [r[f"{name}_tflops"] for r in results], marker="o", label=name)
@@ -331,7 +339,9 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
 
 def _table(results: list[dict[str, Any]]) -> str:
     """Markdown table: kernel time (graph replay where measured) and TFLOP/s per path."""
-    names = [n for n in ("invariant", "gluon", "fast", "torch") if f"{n}_us" in results[0]]
+    names = [
+        n for n in ("invariant", "gluon", "gluon_ws", "fast", "torch") if f"{n}_us" in results[0]
+    ]
     head = "| T | " + " | ".join(f"{n} us | {n} TFLOP/s" for n in names)
     head += " | BI/fast | err (BI) |"
     lines = [head, "|" + "---:|" * (2 * len(names) + 3)]
@@ -353,6 +363,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--rows", help="comma-separated T values")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--sweep", action="store_true", help="also time tile configs")
+    ap.add_argument("--skip", default="", help="comma-separated paths not to run")
     ap.add_argument(
         "--configs",
         default="64,32,8,1;64,64,8,1;64,64,8,2;64,128,8,1;32,64,4,1",
@@ -368,7 +379,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         geo, device, rows, reps = FLASH, torch.device("cuda"), FLASH_ROWS, a.reps
     if a.rows:
         rows = tuple(int(x) for x in a.rows.split(","))
-    results = run(geo, rows, device, reps, a.smoke)
+    skip = tuple(x for x in a.skip.split(",") if x)
+    results = run(geo, rows, device, reps, a.smoke, skip)
     payload: dict[str, Any] = {"geometry": asdict(geo), "results": results}
     if a.sweep and not a.smoke:
         cfgs = [tuple(int(v) for v in c.split(",")) for c in a.configs.split(";")]

@@ -35,7 +35,8 @@ def gluon_supported(q: torch.Tensor) -> bool:
     return _gluon_importable()
 
 
-def launch_gluon_sparse_attention(
+def _launch(
+    kernel_name: str,
     q: torch.Tensor,
     window_cache: PagedCache,
     swa_slots: torch.Tensor,
@@ -52,7 +53,8 @@ def launch_gluon_sparse_attention(
     caller); `gluon_supported(q)` must hold. Slots outside [0, num_slots) and lengths outside
     [0, W] / [0, K] never make the kernel read out of bounds (such keys are skipped).
     """
-    from .gluon_kernels import GLUON_BLOCK_H, GLUON_NUM_WARPS, _gluon_sparse_attn_kernel
+    from . import gluon_kernels, gluon_ws_kernels
+    from .gluon_kernels import GLUON_BLOCK_H, GLUON_NUM_WARPS
 
     t_rows, h, d = q.shape
     device = q.device
@@ -70,7 +72,13 @@ def launch_gluon_sparse_attention(
         cc, cs, cl = window_cache, swa_slots, swa_lens  # placeholders, never read
         c_fmt = int(FMT_NONE)
     head_blocks = -(-h // GLUON_BLOCK_H)
-    _gluon_sparse_attn_kernel[(t_rows, head_blocks)](
+    if kernel_name == "ws":
+        kernel = gluon_ws_kernels._gluon_ws_sparse_attn_kernel
+        extra = {"maxnreg": gluon_ws_kernels.WS_MAXNREG}
+    else:
+        kernel = gluon_kernels._gluon_sparse_attn_kernel
+        extra = {}
+    kernel[(t_rows, head_blocks)](
         q.view(torch.int32), q.stride(0), q.stride(1),
         window_cache.storage, window_cache.page_stride, window_cache.page_size,
         window_cache.num_slots, swa_slots, swa_slots.stride(0), swa_lens, swa_slots.shape[1],
@@ -79,6 +87,48 @@ def launch_gluon_sparse_attention(
         out.view(torch.int32), out.stride(0), out.stride(1), lse, lse.stride(0),
         h,
         W_FMT=w_fmt, C_FMT=c_fmt,
-        num_warps=GLUON_NUM_WARPS,
+        num_warps=GLUON_NUM_WARPS, **extra,
     )  # fmt: skip
     return out, lse
+
+
+def launch_gluon_sparse_attention(
+    q: torch.Tensor,
+    window_cache: PagedCache,
+    swa_slots: torch.Tensor,
+    swa_lens: torch.Tensor,
+    comp_cache: PagedCache | None,
+    comp_slots: torch.Tensor | None,
+    comp_lens: torch.Tensor | None,
+    sink: torch.Tensor,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch-invariant path on Hopper, split-by-channel-half kernel (`gluon_kernels`):
+    returns (out bf16 [T, H, D], lse f32 [T, H]). See `_launch` for the input contract."""
+    return _launch("half", q, window_cache, swa_slots, swa_lens, comp_cache, comp_slots,
+                   comp_lens, sink, scale)  # fmt: skip
+
+
+def launch_gluon_ws_sparse_attention(
+    q: torch.Tensor,
+    window_cache: PagedCache,
+    swa_slots: torch.Tensor,
+    swa_lens: torch.Tensor,
+    comp_cache: PagedCache | None,
+    comp_slots: torch.Tensor | None,
+    comp_lens: torch.Tensor | None,
+    sink: torch.Tensor,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch-invariant path on Hopper, producer/consumer kernel (`gluon_ws_kernels`):
+    returns (out bf16 [T, H, D], lse f32 [T, H]). See `_launch` for the input contract."""
+    return _launch("ws", q, window_cache, swa_slots, swa_lens, comp_cache, comp_slots,
+                   comp_lens, sink, scale)  # fmt: skip
+
+
+GLUON_VARIANTS = {
+    "gluon": launch_gluon_sparse_attention,
+    "gluon_ws": launch_gluon_ws_sparse_attention,
+}
+"""The Hopper kernels by name (the benchmark and the GPU tests run each); `sparse_attention`
+dispatches to `launch_gluon_sparse_attention`."""
