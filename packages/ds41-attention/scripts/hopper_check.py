@@ -1,5 +1,6 @@
-"""One GPU call: the Gluon kernel against the float64 reference and the Triton kernel, then
-timed beside it (CUDA-graph replay) on the V4.1-Flash geometry.
+"""One GPU call: the Gluon kernel (and the variant in gluon_half_variant.py) against the
+float64 reference and the Triton kernel, then timed beside it (CUDA-graph replay) on the
+V4.1-Flash geometry; `--rows ""` skips the timing.
 
     PYTHONPATH=packages/ds41-cache/src:packages/ds41-attention/src \
         python3 packages/ds41-attention/scripts/hopper_check.py [--rows 1,64,1024,4096] [--json F]
@@ -19,15 +20,18 @@ import sys
 import torch
 
 from ds41_attention.bench import FLASH, make_problem, time_graph
-from ds41_attention.ops.sparse_attention.gluon_launch import GLUON_VARIANTS
+from ds41_attention.ops.sparse_attention.gluon_launch import launch_gluon_sparse_attention
 from ds41_attention.ops.sparse_attention.launch import launch_sparse_attention
 from ds41_attention.ops.sparse_attention.naive import reference_sparse_attention
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.dirname(__file__))
 from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, random_slots
+from gluon_half_variant import launch_gluon_half
 
 CUDA = torch.device("cuda")
-IMPLS = {"triton": launch_sparse_attention, **GLUON_VARIANTS}
+GLUON = {"gluon": launch_gluon_sparse_attention, "gluon_half": launch_gluon_half}
+IMPLS = {"triton": launch_sparse_attention, **GLUON}
 
 
 def _problem(wfmt: str, cfmt: str | None, rows: int, seed: int) -> tuple:
@@ -67,7 +71,7 @@ def check() -> None:
             )  # fmt: skip
             nan = bool(o.isnan().any())
             line += f" {name}: excess/vmax {excess:.2e} nan {nan} alone==batch {alone};"
-        for name in GLUON_VARIANTS:
+        for name in GLUON:
             d = (outs[name][0].float() - outs["triton"][0].float()).abs().max().item()
             line += f" max|{name}-triton| {d:.3e}"
         print(line, flush=True)

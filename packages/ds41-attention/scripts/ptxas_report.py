@@ -54,7 +54,7 @@ def report(cfg: KernelConfig | None, d: int = 512, w_fmt: int = 0, c_fmt: int = 
         cx: dict[str, int | bool] = {"W_FMT": w_fmt, "C_FMT": c_fmt}
         sig, attrs = signature(gk._gluon_sparse_attn_kernel, cx)
         src = GluonASTSource(gk._gluon_sparse_attn_kernel, sig, cx, attrs)
-        opts: dict[str, int] = {"num_warps": gk.GLUON_NUM_WARPS}
+        opts: dict[str, int] = {"num_warps": gk.GLUON_NUM_WARPS, "maxnreg": gk.GLUON_MAXNREG}
     else:
         cx = {"D": d, "BLOCK_H": cfg.block_h, "BLOCK_N": cfg.block_n, "W_FMT": w_fmt,
               "C_FMT": c_fmt, "SPLIT": False, "UPCAST": False, "HW_FP8": True,

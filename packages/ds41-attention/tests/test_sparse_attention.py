@@ -365,18 +365,19 @@ def test_out_of_range_inputs_are_skipped_unvalidated(backend, device):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_row_offsets_beyond_int32(backend, device):
-    """A q whose row stride is 2^32 elements: row 1 starts 2^31 int32 words in (the kernel
-    reads q as words), which overflowed the 32-bit row offset. The storage is reserved but
-    never touched beyond the two rows (virtual memory only)."""
+    """A q whose row stride is 2^30 elements (a 32-bit kernel argument): row 4 starts 2^31
+    int32 words in (the kernel reads q as words), past a 32-bit row offset, as row 131,072
+    of an H 64, D 512 batch does. The storage is reserved but never touched beyond the five
+    rows (virtual memory only)."""
     if device.type == "cuda":
         pytest.skip("the GPU test builds real T >= 131,072 batches (test_gpu.py)")
-    args = list(make_args(2, 4, 8, 16, seed=31))
+    args = list(make_args(5, 4, 8, 16, seed=31))
     h, d = args[0].shape[1:]
-    stride = 2**32
-    base = torch.empty(stride + h * d, dtype=torch.bfloat16)
-    q = base.as_strided((2, h, d), (stride, d, 1))
-    q[0] = args[0][0]
-    q[1] = args[0][1]
+    stride = 2**30
+    base = torch.empty(4 * stride + h * d, dtype=torch.bfloat16)
+    q = base.as_strided((5, h, d), (stride, d, 1))
+    for i in range(5):
+        q[i] = args[0][i]
     args[0] = q
     out, lse = sparse_attention(*args, backend=backend)
     check(out, lse, args, torch.device("cpu"))

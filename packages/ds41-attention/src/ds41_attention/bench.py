@@ -207,7 +207,7 @@ def run(
     """Time every path at each T: the Triton invariant kernel, the Hopper Gluon kernel (where
     it runs), the fast split-KV path and the torch baseline; eager CUDA events and CUDA-graph
     replay (kernel time) on the GPU."""
-    from .ops.sparse_attention.gluon_launch import GLUON_VARIANTS, gluon_supported
+    from .ops.sparse_attention.gluon_launch import gluon_supported, launch_gluon_sparse_attention
     from .ops.sparse_attention.launch import launch_sparse_attention
 
     results = []
@@ -224,8 +224,7 @@ def run(
                 sparse_attention, *p.args(), backend="torch", validate=False
             )
         if gluon_supported(p.q):
-            for name, launch in GLUON_VARIANTS.items():
-                paths[name] = functools.partial(launch, *p.args())
+            paths["gluon"] = functools.partial(launch_gluon_sparse_attention, *p.args())
         paths["fast"] = functools.partial(
             sparse_attention,
             *p.args(),
@@ -323,7 +322,7 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
 
     ts = [r["T"] for r in results]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name in ("invariant", "gluon", "gluon_ws", "fast", "torch"):
+    for name in ("invariant", "gluon", "fast", "torch"):
         if f"{name}_tflops" not in results[0]:
             continue
         ax.plot(ts, [r[f"{name}_tflops"] for r in results], marker="o", label=name)
@@ -339,9 +338,7 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
 
 def _table(results: list[dict[str, Any]]) -> str:
     """Markdown table: kernel time (graph replay where measured) and TFLOP/s per path."""
-    names = [
-        n for n in ("invariant", "gluon", "gluon_ws", "fast", "torch") if f"{n}_us" in results[0]
-    ]
+    names = [n for n in ("invariant", "gluon", "fast", "torch") if f"{n}_us" in results[0]]
     head = "| T | " + " | ".join(f"{n} us | {n} TFLOP/s" for n in names)
     head += " | BI/fast | err (BI) |"
     lines = [head, "|" + "---:|" * (2 * len(names) + 3)]

@@ -2,19 +2,23 @@
 """Hopper (sm_90a) Gluon kernel of SPEC section 8: the batch-invariant path, warp specialized.
 
 Contract (as the Triton kernel's): one program per (row, head block of 64) walks that row's
-keys in the fixed order (window ascending, then compressed ascending) in tiles of BLOCK_N,
-no split over keys, configuration fixed for (H, D); records are decoded in the kernel.
+keys in the fixed order (window ascending, then compressed ascending) in tiles of BLOCK_N, no
+split over keys, configuration fixed for (H, D); records are decoded in the kernel (no
+gathered bf16 copy); a row's bits do not depend on the other rows.
 
-Structure (after FlashMLA's sm90 sparse kernels, written for this layout): Q resident in
-shared memory; two warpgroups (`gl.warp_specialize`, symmetric partitions); warpgroup C owns
-output channels [256 C, 256 C + 256) (a 64x256 fp32 accumulator). Each fetches its half of
-the records (data and scale bytes) of the tiles NRAW ahead with cp.async into its own raw
-ring, decodes its half into bf16 tiles in NVMMA-swizzled shared memory and signals an
-mbarrier; both then run Q.K^T over the whole D with `wgmma` from shared memory (both compute
-the same scores from the same operands, so their softmax statistics agree bit for bit), and
-each runs P.V over its half. The decode of tile i (ALU) overlaps the asynchronous P.V product
-of tile i-1 (tensor cores), and each warpgroup's work overlaps the other's. The only global
-loads a tile waits on are its slot indices, loaded one iteration before they are used.
+Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three warpgroups,
+`gl.warp_specialize`):
+- producer (4 warps, 104 registers): cp.async gathers the records (data and scale bytes) of
+  the tiles NRAW ahead into a raw ring; for each tile it waits until both consumers released
+  the K stage, decodes the whole tile into bf16 K tiles in NVMMA-swizzled shared memory (two
+  stages) and signals the stage's mbarrier. It also stores Q in shared memory once.
+- two consumers (4 warps, 200 registers each; consumer C owns output channels
+  [256 C, 256 C + 256), a 64x256 fp32 accumulator): Q.K^T over the whole D with `wgmma` from
+  shared memory (both compute the same scores from the same operands, so their softmax
+  statistics agree bit for bit), the online softmax, P.V over their half (P from registers),
+  then release the stage.
+Decode of tile i+1 (producer ALU) overlaps the products of tile i (consumer tensor cores); the
+only global loads a tile waits on are its slot indices, loaded one tile ahead.
 
 Channels are kept in (even, odd) halves, as in the Triton kernel: one NVFP4 byte, one MXFP8
 16-bit word and one bf16 32-bit word hold a channel pair, so a tile half is a [BLOCK_N, 128]
@@ -22,6 +26,8 @@ array of pairs in every format. Q, K and the accumulators use the permutation
 (half, parity, pair); the output is written back in channel order.
 
 Only D = 512 (the V4.1 geometry) is supported; the Triton kernel serves every other shape.
+`packages/ds41-attention/scripts/gluon_half_variant.py` keeps the measured-slower variant
+(two symmetric warpgroups, each decoding its own half).
 """
 
 from triton.experimental import gluon
@@ -38,14 +44,14 @@ GLUON_D = 512
 GLUON_BLOCK_H = 64
 GLUON_BLOCK_N = 32
 GLUON_RAW_STAGES = 2
-GLUON_NUM_WARPS = 4  # per partition: one warpgroup
-# the partitions read the tile configuration as globals: constexpr arguments do not survive
-# gl.warp_specialize in Triton 3.6
+GLUON_NUM_WARPS = 4  # per partition: one warpgroup (3 partitions, 12 warps)
+# the partitions read the tile configuration as globals (constexpr arguments of the kernel
+# reach the partitions only when the argument tuples are written inline in the
+# gl.warp_specialize call, as below)
 D = gl.constexpr(GLUON_D)
 BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
 BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
 NRAW = gl.constexpr(GLUON_RAW_STAGES)
-REGS_WORKER = gl.constexpr(232)
 
 
 @gluon.constexpr_function
@@ -184,13 +190,23 @@ def _decode(raw, scl, valid, FMT: gl.constexpr, C: gl.constexpr, PAR: gl.constex
     return gl.where(vmask, x, gl.zeros([BLOCK_N, 128], gl.bfloat16, lay))
 
 
+# Register split: the launch caps every thread at GLUON_MAXNREG (12 warps x 32 x 168 fit the
+# 64K register file); the partitions then re-balance with setmaxnreg: the consumers (a 64x256
+# fp32 accumulator each) to 200, the producer to 104. Triton gives the default partition
+# (consumer 0) what the cap leaves: (168 * 12 - 200 * 4 - 104 * 4) / 4 = 200.
+GLUON_MAXNREG = 168
+GLUON_CONSUMER_REGS = 200
+GLUON_PRODUCER_REGS = 104
+CONSUMER_REGS = gl.constexpr(GLUON_CONSUMER_REGS)
+PRODUCER_REGS = gl.constexpr(GLUON_PRODUCER_REGS)
+
+
 @gluon.jit
-def _fetch(
+def _fetch_full(
     i,
     n_w,
     sl,
     ok,
-    C: gl.constexpr,
     raw_smem,
     scl_smem,
     meta_smem,
@@ -203,98 +219,206 @@ def _fetch(
     W_FMT: gl.constexpr,
     C_FMT: gl.constexpr,
 ):
-    """Start the copies of tile i (slots `sl`, validity `ok`) into ring slot i % NRAW and
-    record its validity there; one commit group per tile."""
-    rs = C * NRAW + i % NRAW
-    if i < n_w:
-        _issue_copy(
-            raw_smem.index(rs),
-            scl_smem.index(rs),
-            w_ptr,
-            w_page_stride,
-            w_page_size,
-            sl,
-            ok,
-            W_FMT,
-            C,
-        )
-    else:
-        _issue_copy(
-            raw_smem.index(rs),
-            scl_smem.index(rs),
-            c_ptr,
-            c_page_stride,
-            c_page_size,
-            sl,
-            ok,
-            C_FMT,
-            C,
-        )
+    """Start the copies of both halves of tile i into ring slot i % NRAW; record validity."""
+    rs = i % NRAW
+    for half in gl.static_range(2):
+        if i < n_w:
+            _issue_copy(
+                raw_smem.index(rs * 2 + half),
+                scl_smem.index(rs * 2 + half),
+                w_ptr,
+                w_page_stride,
+                w_page_size,
+                sl,
+                ok,
+                W_FMT,
+                half,
+            )
+        else:
+            _issue_copy(
+                raw_smem.index(rs * 2 + half),
+                scl_smem.index(rs * 2 + half),
+                c_ptr,
+                c_page_stride,
+                c_page_size,
+                sl,
+                ok,
+                C_FMT,
+                half,
+            )
     meta_smem.index(rs).store(ok.to(gl.int32))
     async_copy.commit_group()
 
 
 @gluon.jit
-def _produce(
-    i,
-    n_w,
-    sl_f,
-    ok_f,
-    C: gl.constexpr,
-    raw_smem,
-    scl_smem,
-    meta_smem,
-    k_smem,
-    kval_smem,
-    bars,
+def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP: gl.constexpr):
+    swa_len = gl.minimum(gl.maximum(gl.load(swa_lens_ptr + t), 0), W)
+    n_w = gl.cdiv(swa_len, BLOCK_N)
+    if HAS_COMP:
+        comp_len = gl.minimum(gl.maximum(gl.load(comp_lens_ptr + t), 0), K)
+    else:
+        comp_len = swa_len * 0
+    return swa_len, n_w, comp_len, n_w + gl.cdiv(comp_len, BLOCK_N)
+
+
+@gluon.jit
+def _producer(
+    q_ptr,
+    stride_qt,
+    stride_qh,
     w_ptr,
     w_page_stride,
     w_page_size,
+    w_num_slots,
+    swa_ptr,
+    stride_swa_t,
+    swa_lens_ptr,
+    W,
     c_ptr,
     c_page_stride,
     c_page_size,
+    c_num_slots,
+    comp_ptr,
+    stride_comp_t,
+    comp_lens_ptr,
+    K,
+    sink_ptr,
+    scale,
+    out_ptr,
+    stride_ot,
+    stride_oh,
+    lse_ptr,
+    stride_lt,
+    H,
+    q_smem,
+    k_smem,
+    raw_smem,
+    scl_smem,
+    meta_smem,
+    kval_smem,
+    bars,
     W_FMT: gl.constexpr,
     C_FMT: gl.constexpr,
 ):
-    """Decode this warpgroup's half of tile i into K stage i % 2, refill its ring slot with
-    tile i + NRAW (slots `sl_f`, validity `ok_f`), signal the stage's mbarrier."""
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    t = gl.program_id(0).to(gl.int64)
+    hb = gl.program_id(1)
     lay: gl.constexpr = _pair_layout()
-    ks = i % 2
-    rs = C * NRAW + i % NRAW
-    async_copy.wait_group(NRAW - 1)
-    gl.thread_barrier()
-    ok_i = meta_smem.index(rs).load(gl.SliceLayout(1, lay)) != 0
-    # both warpgroups' Q.K^T of tile i - 2 read this stage: wait until they are done
-    mbarrier.wait(bars.index(3 + ks), ((i // 2) & 1) ^ 1, pred=i >= 2)
-    for par in gl.static_range(2):
-        if i < n_w:
-            x = _decode(raw_smem.index(rs), scl_smem.index(rs), ok_i, W_FMT, C, par)
-        else:
-            x = _decode(raw_smem.index(rs), scl_smem.index(rs), ok_i, C_FMT, C, par)
-        k_smem.index((ks * 2 + C) * 2 + par).store(x)
-    kval_smem.index(C * 2 + ks).store(ok_i.to(gl.int32))
+    row_l: gl.constexpr = gl.SliceLayout(1, lay)
+    swa_len, n_w, comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    swa_row = swa_ptr + t * stride_swa_t
+    comp_row = comp_ptr + t * stride_comp_t
+    for r in gl.static_range(NRAW):
+        sl_r, ok_r = _tile_slots(
+            r,
+            n_w,
+            total,
+            swa_row,
+            swa_len,
+            comp_row,
+            comp_len,
+            w_num_slots,
+            c_num_slots,
+            HAS_COMP,
+            row_l,
+        )
+        _fetch_full(
+            r,
+            n_w,
+            sl_r,
+            ok_r,
+            raw_smem,
+            scl_smem,
+            meta_smem,
+            w_ptr,
+            w_page_stride,
+            w_page_size,
+            c_ptr,
+            c_page_stride,
+            c_page_size,
+            W_FMT,
+            C_FMT,
+        )
+    # Q as 4 [64, 128] parts (half, parity), from int32 words (one channel pair each)
+    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, lay))
+    hmask = heads < H
+    cw = gl.arange(0, 128, layout=gl.SliceLayout(0, lay))
+    for half in gl.static_range(2):
+        q_w = gl.load(q_ptr + t * (stride_qt // 2) + heads[:, None] * (stride_qh // 2)
+                      + half * 128 + cw[None, :], mask=hmask[:, None], other=0)  # fmt: skip
+        q_smem.index(2 * half).store((q_w << 16).to(gl.float32, bitcast=True).to(gl.bfloat16))
+        q_smem.index(2 * half + 1).store(
+            (q_w & -65536).to(gl.float32, bitcast=True).to(gl.bfloat16)
+        )
     fence_async_shared()
-    # every thread's stores are done: the stage is ready, the ring slot can be refilled
     gl.thread_barrier()
-    mbarrier.arrive(bars.index(1 + ks), count=1)
-    _fetch(
-        i + NRAW,
-        n_w,
-        sl_f,
-        ok_f,
-        C,
-        raw_smem,
-        scl_smem,
-        meta_smem,
-        w_ptr,
-        w_page_stride,
-        w_page_size,
-        c_ptr,
-        c_page_stride,
-        c_page_size,
-        W_FMT,
-        C_FMT,
-    )
+    mbarrier.arrive(bars.index(0), count=1)
+
+    for i in range(0, total):
+        # slots of tile i + NRAW, loaded first so the round trip overlaps the decode
+        sl_f, ok_f = _tile_slots(
+            i + NRAW,
+            n_w,
+            total,
+            swa_row,
+            swa_len,
+            comp_row,
+            comp_len,
+            w_num_slots,
+            c_num_slots,
+            HAS_COMP,
+            row_l,
+        )
+        ks = i % 2
+        rs = i % NRAW
+        async_copy.wait_group(NRAW - 1)
+        gl.thread_barrier()
+        ok_i = meta_smem.index(rs).load(row_l) != 0
+        # both consumers finished P.V of tile i - 2, the last reader of this stage
+        mbarrier.wait(bars.index(3 + ks), ((i // 2) & 1) ^ 1, pred=i >= 2)
+        for half in gl.static_range(2):
+            for par in gl.static_range(2):
+                if i < n_w:
+                    x = _decode(
+                        raw_smem.index(rs * 2 + half),
+                        scl_smem.index(rs * 2 + half),
+                        ok_i,
+                        W_FMT,
+                        half,
+                        par,
+                    )
+                else:
+                    x = _decode(
+                        raw_smem.index(rs * 2 + half),
+                        scl_smem.index(rs * 2 + half),
+                        ok_i,
+                        C_FMT,
+                        half,
+                        par,
+                    )
+                k_smem.index((ks * 2 + half) * 2 + par).store(x)
+        kval_smem.index(ks).store(ok_i.to(gl.int32))
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(1 + ks), count=1)
+        _fetch_full(
+            i + NRAW,
+            n_w,
+            sl_f,
+            ok_f,
+            raw_smem,
+            scl_smem,
+            meta_smem,
+            w_ptr,
+            w_page_stride,
+            w_page_size,
+            c_ptr,
+            c_page_stride,
+            c_page_size,
+            W_FMT,
+            C_FMT,
+        )
+    async_copy.wait_group(0)
 
 
 @gluon.jit
@@ -340,8 +464,6 @@ def _consumer(
     HAS_COMP: gl.constexpr = C_FMT != 3
     t = gl.program_id(0).to(gl.int64)
     hb = gl.program_id(1)
-    lay: gl.constexpr = _pair_layout()
-    row_l: gl.constexpr = gl.SliceLayout(1, lay)
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -349,126 +471,14 @@ def _consumer(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]
     )
     p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
-
-    swa_len = gl.minimum(gl.maximum(gl.load(swa_lens_ptr + t), 0), W)
-    n_w = gl.cdiv(swa_len, BLOCK_N)
-    if HAS_COMP:
-        comp_len = gl.minimum(gl.maximum(gl.load(comp_lens_ptr + t), 0), K)
-    else:
-        comp_len = swa_len * 0
-    total = n_w + gl.cdiv(comp_len, BLOCK_N)
-    swa_row = swa_ptr + t * stride_swa_t
-    comp_row = comp_ptr + t * stride_comp_t
-
-    # copies of tiles 0 .. NRAW-1 in flight first, then Q (its load overlaps them)
-    for r in gl.static_range(NRAW):
-        sl_r, ok_r = _tile_slots(
-            r,
-            n_w,
-            total,
-            swa_row,
-            swa_len,
-            comp_row,
-            comp_len,
-            w_num_slots,
-            c_num_slots,
-            HAS_COMP,
-            row_l,
-        )
-        _fetch(
-            r,
-            n_w,
-            sl_r,
-            ok_r,
-            C,
-            raw_smem,
-            scl_smem,
-            meta_smem,
-            w_ptr,
-            w_page_stride,
-            w_page_size,
-            c_ptr,
-            c_page_stride,
-            c_page_size,
-            W_FMT,
-            C_FMT,
-        )
-
-    # Q: this warpgroup's 256 channels as 128 int32 words per head -> (even, odd) bf16
-    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, lay))
-    hmask = heads < H
-    cw = gl.arange(0, 128, layout=gl.SliceLayout(0, lay))
-    q_w = gl.load(
-        q_ptr + t * (stride_qt // 2) + heads[:, None] * (stride_qh // 2) + C * 128 + cw[None, :],
-        mask=hmask[:, None],
-        other=0,
-    )
-    q_smem.index(2 * C).store((q_w << 16).to(gl.float32, bitcast=True).to(gl.bfloat16))
-    q_smem.index(2 * C + 1).store((q_w & -65536).to(gl.float32, bitcast=True).to(gl.bfloat16))
-    fence_async_shared()
-    gl.thread_barrier()
-    mbarrier.arrive(bars.index(0), count=1)
+    _swa_len, _n_w, _comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
 
     m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, gl.SliceLayout(1, mma_o))
     l_i = gl.zeros([BLOCK_H], gl.float32, gl.SliceLayout(1, mma_o))
     acc_ev = gl.zeros([BLOCK_H, 128], gl.float32, mma_o)
     acc_od = gl.zeros([BLOCK_H, 128], gl.float32, mma_o)
-
-    if total > 0:
-        sl_f, ok_f = _tile_slots(
-            NRAW,
-            n_w,
-            total,
-            swa_row,
-            swa_len,
-            comp_row,
-            comp_len,
-            w_num_slots,
-            c_num_slots,
-            HAS_COMP,
-            row_l,
-        )
-        _produce(
-            0,
-            n_w,
-            sl_f,
-            ok_f,
-            C,
-            raw_smem,
-            scl_smem,
-            meta_smem,
-            k_smem,
-            kval_smem,
-            bars,
-            w_ptr,
-            w_page_stride,
-            w_page_size,
-            c_ptr,
-            c_page_stride,
-            c_page_size,
-            W_FMT,
-            C_FMT,
-        )
     mbarrier.wait(bars.index(0), 0)
-
-    for i in range(1, total + 1):
-        # slots of tile i + NRAW (copied at the end of this iteration): loaded first so the
-        # round trip overlaps the products below
-        sl_f, ok_f = _tile_slots(
-            i + NRAW,
-            n_w,
-            total,
-            swa_row,
-            swa_len,
-            comp_row,
-            comp_len,
-            w_num_slots,
-            c_num_slots,
-            HAS_COMP,
-            row_l,
-        )
-        # attend tile j = i - 1: scores over the whole D from both halves of its K stage
-        j = i - 1
+    for j in range(0, total):
         js = j % 2
         mbarrier.wait(bars.index(1 + js), (j // 2) & 1)
         s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
@@ -477,8 +487,7 @@ def _consumer(
                 q_smem.index(part), k_smem.index(js * 4 + part).permute((1, 0)), s, is_async=True
             )
         s = warpgroup_mma_wait(0, deps=[s])
-        mbarrier.arrive(bars.index(3 + js), count=1)
-        ok_j = kval_smem.index(C * 2 + js).load(gl.SliceLayout(0, mma_s)) != 0
+        ok_j = kval_smem.index(js).load(gl.SliceLayout(0, mma_s)) != 0
         s = gl.where(ok_j[None, :], s * scale, -float("inf"))
         m_new = gl.maximum(m_i, gl.convert_layout(gl.max(s, 1), gl.SliceLayout(1, mma_o)))
         # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
@@ -494,31 +503,8 @@ def _consumer(
         tok_od = warpgroup_mma(
             p16, k_smem.index((js * 2 + C) * 2 + 1), acc_od * alpha[:, None], is_async=True
         )
-        # decode tile i while the tensor cores run P.V of tile j
-        if i < total:
-            _produce(
-                i,
-                n_w,
-                sl_f,
-                ok_f,
-                C,
-                raw_smem,
-                scl_smem,
-                meta_smem,
-                k_smem,
-                kval_smem,
-                bars,
-                w_ptr,
-                w_page_stride,
-                w_page_size,
-                c_ptr,
-                c_page_stride,
-                c_page_size,
-                W_FMT,
-                C_FMT,
-            )
         acc_ev, acc_od = warpgroup_mma_wait(0, deps=[tok_ev, tok_od])
-    async_copy.wait_group(0)
+        mbarrier.arrive(bars.index(3 + js), count=1)
 
     # epilogue: sink in the denominator only, bf16 output in channel order, lse
     has = m_i > -float("inf")
@@ -539,86 +525,6 @@ def _consumer(
         lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
         gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
     return (m_i,)
-
-
-@gluon.jit
-def _consumer1(
-    q_ptr,
-    stride_qt,
-    stride_qh,
-    w_ptr,
-    w_page_stride,
-    w_page_size,
-    w_num_slots,
-    swa_ptr,
-    stride_swa_t,
-    swa_lens_ptr,
-    W,
-    c_ptr,
-    c_page_stride,
-    c_page_size,
-    c_num_slots,
-    comp_ptr,
-    stride_comp_t,
-    comp_lens_ptr,
-    K,
-    sink_ptr,
-    scale,
-    out_ptr,
-    stride_ot,
-    stride_oh,
-    lse_ptr,
-    stride_lt,
-    H,
-    q_smem,
-    k_smem,
-    raw_smem,
-    scl_smem,
-    meta_smem,
-    kval_smem,
-    bars,
-    W_FMT: gl.constexpr,
-    C_FMT: gl.constexpr,
-):
-    _consumer(
-        1,
-        q_ptr,
-        stride_qt,
-        stride_qh,
-        w_ptr,
-        w_page_stride,
-        w_page_size,
-        w_num_slots,
-        swa_ptr,
-        stride_swa_t,
-        swa_lens_ptr,
-        W,
-        c_ptr,
-        c_page_stride,
-        c_page_size,
-        c_num_slots,
-        comp_ptr,
-        stride_comp_t,
-        comp_lens_ptr,
-        K,
-        sink_ptr,
-        scale,
-        out_ptr,
-        stride_ot,
-        stride_oh,
-        lse_ptr,
-        stride_lt,
-        H,
-        q_smem,
-        k_smem,
-        raw_smem,
-        scl_smem,
-        meta_smem,
-        kval_smem,
-        bars,
-        W_FMT,
-        C_FMT,
-    )
 
 
 @gluon.jit
@@ -702,6 +608,86 @@ def _consumer0(
 
 
 @gluon.jit
+def _consumer1(
+    q_ptr,
+    stride_qt,
+    stride_qh,
+    w_ptr,
+    w_page_stride,
+    w_page_size,
+    w_num_slots,
+    swa_ptr,
+    stride_swa_t,
+    swa_lens_ptr,
+    W,
+    c_ptr,
+    c_page_stride,
+    c_page_size,
+    c_num_slots,
+    comp_ptr,
+    stride_comp_t,
+    comp_lens_ptr,
+    K,
+    sink_ptr,
+    scale,
+    out_ptr,
+    stride_ot,
+    stride_oh,
+    lse_ptr,
+    stride_lt,
+    H,
+    q_smem,
+    k_smem,
+    raw_smem,
+    scl_smem,
+    meta_smem,
+    kval_smem,
+    bars,
+    W_FMT: gl.constexpr,
+    C_FMT: gl.constexpr,
+):
+    _consumer(
+        1,
+        q_ptr,
+        stride_qt,
+        stride_qh,
+        w_ptr,
+        w_page_stride,
+        w_page_size,
+        w_num_slots,
+        swa_ptr,
+        stride_swa_t,
+        swa_lens_ptr,
+        W,
+        c_ptr,
+        c_page_stride,
+        c_page_size,
+        c_num_slots,
+        comp_ptr,
+        stride_comp_t,
+        comp_lens_ptr,
+        K,
+        sink_ptr,
+        scale,
+        out_ptr,
+        stride_ot,
+        stride_oh,
+        lse_ptr,
+        stride_lt,
+        H,
+        q_smem,
+        k_smem,
+        raw_smem,
+        scl_smem,
+        meta_smem,
+        kval_smem,
+        bars,
+        W_FMT,
+        C_FMT,
+    )
+
+
+@gluon.jit
 def _gluon_sparse_attn_kernel(
     q_ptr,
     stride_qt,
@@ -737,19 +723,20 @@ def _gluon_sparse_attn_kernel(
     plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 128], gl.bfloat16)
     k_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 128], gl.bfloat16)
-    # Q as 4 [64, 128] parts (half, parity); K as 2 stages x 4 parts (half, parity); per
-    # warpgroup an NRAW-deep ring of raw data, scale bytes and key validity; per warpgroup and
-    # K stage the validity of the stage's keys
+    # Q as 4 [64, 128] parts (half, parity); K as 2 stages x 4 parts; an NRAW-deep ring of
+    # raw data / scale bytes (2 halves each) and key validity; validity per K stage
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_H, 128], q_lay)
     k_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, 128], k_lay)
     raw_smem = gl.allocate_shared_memory(gl.int32, [2 * NRAW, BLOCK_N, 128], plain)
     scl_smem = gl.allocate_shared_memory(gl.uint8, [2 * NRAW, BLOCK_N, 16], plain)
-    meta_smem = gl.allocate_shared_memory(gl.int32, [2 * NRAW, BLOCK_N], plain1)
-    kval_smem = gl.allocate_shared_memory(gl.int32, [4, BLOCK_N], plain1)
-    # barriers: 0 = Q stored, 1 + s = K stage s filled, 3 + s = K stage s read (count 2 each:
-    # one arrival per warpgroup)
+    meta_smem = gl.allocate_shared_memory(gl.int32, [NRAW, BLOCK_N], plain1)
+    kval_smem = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N], plain1)
+    # barriers: 0 = Q stored (1 arrival: the producer), 1 + s = K stage s filled (1: the
+    # producer), 3 + s = K stage s consumed (2: both consumers)
     bars = gl.allocate_shared_memory(gl.int64, [5, 1], mbarrier.MBarrierLayout())
-    for b in gl.static_range(5):
+    for b in gl.static_range(3):
+        mbarrier.init(bars.index(b), count=1)
+    for b in gl.static_range(3, 5):
         mbarrier.init(bars.index(b), count=2)
     fence_async_shared()
     gl.thread_barrier()
@@ -837,7 +824,48 @@ def _gluon_sparse_attn_kernel(
                     C_FMT,
                 ),
             ),
+            (
+                _producer,
+                (
+                    q_ptr,
+                    stride_qt,
+                    stride_qh,
+                    w_ptr,
+                    w_page_stride,
+                    w_page_size,
+                    w_num_slots,
+                    swa_ptr,
+                    stride_swa_t,
+                    swa_lens_ptr,
+                    W,
+                    c_ptr,
+                    c_page_stride,
+                    c_page_size,
+                    c_num_slots,
+                    comp_ptr,
+                    stride_comp_t,
+                    comp_lens_ptr,
+                    K,
+                    sink_ptr,
+                    scale,
+                    out_ptr,
+                    stride_ot,
+                    stride_oh,
+                    lse_ptr,
+                    stride_lt,
+                    H,
+                    q_smem,
+                    k_smem,
+                    raw_smem,
+                    scl_smem,
+                    meta_smem,
+                    kval_smem,
+                    bars,
+                    W_FMT,
+                    C_FMT,
+                ),
+            ),
         ],
-        [4],
-        [REGS_WORKER],
+        [4, 4],
+        [CONSUMER_REGS, PRODUCER_REGS],
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 
@@ -23,8 +24,8 @@ def _gluon_importable() -> bool:
 def gluon_supported(q: torch.Tensor) -> bool:
     """Whether the Gluon kernel serves this call: a CUDA sm_90 device (Hopper), D = 512.
 
-    The tile configuration is fixed (64 heads x 32 keys per tile, two consumer warpgroups);
-    it depends on nothing but (H, D), like the Triton kernel's.
+    The tile configuration is fixed (64 heads x 32 keys per tile, one producer and two
+    consumer warpgroups); it depends on nothing but (H, D), like the Triton kernel's.
     """
     from ds41_cache.backend import interpreter_active
 
@@ -35,8 +36,9 @@ def gluon_supported(q: torch.Tensor) -> bool:
     return _gluon_importable()
 
 
-def _launch(
-    kernel_name: str,
+def launch_with(
+    kernel: Any,
+    options: dict[str, int],
     q: torch.Tensor,
     window_cache: PagedCache,
     swa_slots: torch.Tensor,
@@ -47,13 +49,8 @@ def _launch(
     sink: torch.Tensor,
     scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch-invariant path on Hopper; returns (out bf16 [T, H, D], lse f32 [T, H]).
-
-    Inputs as `sparse_attention` accepts them (shapes, dtypes, devices checked by the
-    caller); `gluon_supported(q)` must hold. Slots outside [0, num_slots) and lengths outside
-    [0, W] / [0, K] never make the kernel read out of bounds (such keys are skipped).
-    """
-    from . import gluon_kernels, gluon_ws_kernels
+    """Launch a Gluon kernel with the signature of `_gluon_sparse_attn_kernel` (also used by
+    the variant in scripts/); grid (T, head blocks of 64), `options` extra launch options."""
     from .gluon_kernels import GLUON_BLOCK_H, GLUON_NUM_WARPS
 
     t_rows, h, d = q.shape
@@ -72,12 +69,6 @@ def _launch(
         cc, cs, cl = window_cache, swa_slots, swa_lens  # placeholders, never read
         c_fmt = int(FMT_NONE)
     head_blocks = -(-h // GLUON_BLOCK_H)
-    if kernel_name == "ws":
-        kernel = gluon_ws_kernels._gluon_ws_sparse_attn_kernel
-        extra = {"maxnreg": gluon_ws_kernels.WS_MAXNREG}
-    else:
-        kernel = gluon_kernels._gluon_sparse_attn_kernel
-        extra = {}
     kernel[(t_rows, head_blocks)](
         q.view(torch.int32), q.stride(0), q.stride(1),
         window_cache.storage, window_cache.page_stride, window_cache.page_size,
@@ -87,7 +78,7 @@ def _launch(
         out.view(torch.int32), out.stride(0), out.stride(1), lse, lse.stride(0),
         h,
         W_FMT=w_fmt, C_FMT=c_fmt,
-        num_warps=GLUON_NUM_WARPS, **extra,
+        num_warps=GLUON_NUM_WARPS, **options,
     )  # fmt: skip
     return out, lse
 
@@ -103,32 +94,15 @@ def launch_gluon_sparse_attention(
     sink: torch.Tensor,
     scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch-invariant path on Hopper, split-by-channel-half kernel (`gluon_kernels`):
-    returns (out bf16 [T, H, D], lse f32 [T, H]). See `_launch` for the input contract."""
-    return _launch("half", q, window_cache, swa_slots, swa_lens, comp_cache, comp_slots,
-                   comp_lens, sink, scale)  # fmt: skip
+    """The batch-invariant path on Hopper; returns (out bf16 [T, H, D], lse f32 [T, H]).
 
+    Inputs as `sparse_attention` accepts them (shapes, dtypes, devices checked by the
+    caller); `gluon_supported(q)` must hold. Slots outside [0, num_slots) and lengths outside
+    [0, W] / [0, K] never make the kernel read out of bounds (such keys are skipped).
+    """
+    from .gluon_kernels import GLUON_MAXNREG, _gluon_sparse_attn_kernel
 
-def launch_gluon_ws_sparse_attention(
-    q: torch.Tensor,
-    window_cache: PagedCache,
-    swa_slots: torch.Tensor,
-    swa_lens: torch.Tensor,
-    comp_cache: PagedCache | None,
-    comp_slots: torch.Tensor | None,
-    comp_lens: torch.Tensor | None,
-    sink: torch.Tensor,
-    scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch-invariant path on Hopper, producer/consumer kernel (`gluon_ws_kernels`):
-    returns (out bf16 [T, H, D], lse f32 [T, H]). See `_launch` for the input contract."""
-    return _launch("ws", q, window_cache, swa_slots, swa_lens, comp_cache, comp_slots,
-                   comp_lens, sink, scale)  # fmt: skip
-
-
-GLUON_VARIANTS = {
-    "gluon": launch_gluon_sparse_attention,
-    "gluon_ws": launch_gluon_ws_sparse_attention,
-}
-"""The Hopper kernels by name (the benchmark and the GPU tests run each); `sparse_attention`
-dispatches to `launch_gluon_sparse_attention`."""
+    return launch_with(
+        _gluon_sparse_attn_kernel, {"maxnreg": GLUON_MAXNREG}, q, window_cache, swa_slots,
+        swa_lens, comp_cache, comp_slots, comp_lens, sink, scale,
+    )  # fmt: skip
