@@ -1,9 +1,10 @@
-"""Offline resource report of the attention kernel for sm_90 (no GPU needed).
+"""Offline resource report of the attention kernels for sm_90a (no GPU needed).
 
-Compiles `_sparse_attn_kernel` for the V4.1-Flash geometry (mxfp8 window, nvfp4 compressed,
-D=512) with Triton's bundled ptxas and prints registers, spill bytes and shared memory per
-config: `python packages/ds41-attention/scripts/ptxas_report.py "64,64,8,1,1;64,64,8,1,2"`.
-Config fields: block_h, block_n, num_warps, num_stages[, d_tiles].
+Compiles the Triton `_sparse_attn_kernel` per config and the Gluon kernel for the V4.1-Flash
+geometry (mxfp8 window, nvfp4 compressed, D=512) with Triton's bundled ptxas and prints
+registers, spill bytes and shared memory:
+`python packages/ds41-attention/scripts/ptxas_report.py "64,64,8,1;64,32,8,1" [--gluon]`.
+Config fields: block_h, block_n, num_warps, num_stages.
 """
 
 from __future__ import annotations
@@ -18,14 +19,49 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ds41_attention.ops.sparse_attention.launch import KernelConfig, kernel_signature
+from ds41_attention.ops.sparse_attention.launch import KernelConfig
 from ds41_attention.ops.sparse_attention.triton_kernels import _sparse_attn_kernel
 
+POINTERS = {"q_ptr": "*i32", "w_ptr": "*u8", "w16_ptr": "*i16", "w32_ptr": "*i32",
+            "swa_ptr": "*i32", "swa_lens_ptr": "*i32", "c_ptr": "*u8", "c16_ptr": "*i16",
+            "c32_ptr": "*i32", "comp_ptr": "*i32", "comp_lens_ptr": "*i32",
+            "sink_ptr": "*fp32", "out_ptr": "*i32", "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
+            "part_ml_ptr": "*fp32", "scale": "fp32"}  # fmt: skip
+# integer arguments the launcher's values do not make divisible by 16
+NOT_DIV16 = {"H", "W", "K", "w_num_slots", "c_num_slots", "num_splits", "scale"}
 
-def report(cfg: KernelConfig, d: int = 512, w_fmt: int = 0, c_fmt: int = 1) -> str:
-    sig, constexprs, attrs = kernel_signature(cfg, d, w_fmt, c_fmt)
-    src = ASTSource(_sparse_attn_kernel, sig, constexprs, attrs)
-    opts: dict[str, int] = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+
+def signature(fn, constexprs: dict[str, int | bool]):
+    """(signature, attrs) of `fn` as the launchers specialize it on the V4.1 geometry:
+    pointers, strides and page sizes divisible by 16. Without these attributes ptxas sees
+    scalar loads and reports other registers and spills than the real kernel."""
+    sig = {}
+    attrs: dict[tuple[int], list[list[object]]] = {}
+    for i, name in enumerate(fn.arg_names):
+        sig[name] = "constexpr" if name in constexprs else POINTERS.get(name, "i32")
+        if sig[name] != "constexpr" and name not in NOT_DIV16:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return sig, attrs
+
+
+def report(cfg: KernelConfig | None, d: int = 512, w_fmt: int = 0, c_fmt: int = 1) -> str:
+    """Resources of the Triton kernel at `cfg`, or of the Gluon kernel when `cfg` is None."""
+    if cfg is None:
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        from ds41_attention.ops.sparse_attention import gluon_kernels as gk
+
+        cx: dict[str, int | bool] = {"W_FMT": w_fmt, "C_FMT": c_fmt}
+        sig, attrs = signature(gk._gluon_sparse_attn_kernel, cx)
+        src = GluonASTSource(gk._gluon_sparse_attn_kernel, sig, cx, attrs)
+        opts: dict[str, int] = {"num_warps": gk.GLUON_NUM_WARPS, "maxnreg": gk.GLUON_MAXNREG}
+    else:
+        cx = {"D": d, "BLOCK_H": cfg.block_h, "BLOCK_N": cfg.block_n, "W_FMT": w_fmt,
+              "C_FMT": c_fmt, "SPLIT": False, "UPCAST": False, "HW_FP8": True,
+              "num_splits": 1}  # fmt: skip
+        sig, attrs = signature(_sparse_attn_kernel, cx)
+        src = ASTSource(_sparse_attn_kernel, sig, cx, attrs)
+        opts = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,7 +78,7 @@ def report(cfg: KernelConfig, d: int = 512, w_fmt: int = 0, c_fmt: int = 1) -> s
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", res.stderr)
     stack = re.search(r"(\d+) bytes stack frame", res.stderr)
     return (
-        f"{cfg}: regs {regs.group(1) if regs else '?'} "
+        f"{cfg or 'gluon'}: regs {regs.group(1) if regs else '?'} "
         f"stack {stack.group(1) if stack else '?'} "
         f"spill st/ld {spill.group(1) if spill else '?'}/{spill.group(2) if spill else '?'} "
         f"smem {k.metadata.shared}"
@@ -50,6 +86,9 @@ def report(cfg: KernelConfig, d: int = 512, w_fmt: int = 0, c_fmt: int = 1) -> s
 
 
 if __name__ == "__main__":
-    spec = sys.argv[1] if len(sys.argv) > 1 else "64,64,8,1,1"
+    args = [a for a in sys.argv[1:] if a != "--gluon"]
+    spec = args[0] if args else "64,64,8,1"
     for c in spec.split(";"):
         print(report(KernelConfig(*(int(v) for v in c.split(",")))), flush=True)
+    if "--gluon" in sys.argv:
+        print(report(None), flush=True)

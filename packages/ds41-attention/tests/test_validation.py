@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from test_sparse_attention import make_args
@@ -112,3 +114,23 @@ def test_validate_false_skips_value_checks_only(args):
     bad[0] = bad[0].float()
     with pytest.raises(TypeError, match="q must be bf16"):
         _call(bad, validate=False)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_q_raises(args, bad):
+    args[0] = args[0].clone()
+    args[0][1, 2, 3] = bad
+    for backend in ("torch", "triton"):
+        with pytest.raises(ValueError, match="q must be finite"):
+            _call(args, backend=backend)
+
+
+def test_nan_sink_raises_but_infinite_sink_is_allowed(args):
+    args[7] = args[7].clone()
+    args[7][1] = math.nan
+    for backend in ("torch", "triton"):
+        with pytest.raises(ValueError, match="sink must not be NaN"):
+            _call(args, backend=backend)
+    args[7][1] = math.inf
+    args[7][2] = -math.inf
+    sparse_attention(*args, backend="torch")  # the documented +-inf sink semantics

@@ -1,11 +1,12 @@
 """Benchmark: `python -m ds41_attention.bench [--json PATH] [--plot PATH] [--smoke] [--sweep]`.
 
 V4.1-Flash geometry (H=64, D=512, W=128 MXFP8 window + K=512 NVFP4 compressed entries per
-row), T in {1, 8, 64, 256, 1024, 4096}. Three paths: the batch-invariant kernel, the fast
-split-KV kernel, and a torch baseline (gather + decode + dense softmax). Times are CUDA-event
-medians (host clock medians in `--smoke`, the CPU mode on the tiny geometry). Targets from the
-task (reported, never asserted): invariant >= 200 TFLOP/s at T >= 1024, invariant/fast <= 1.15
-at T >= 256, T = 1 under 25 us.
+row), T in {1, 8, 64, 256, 1024, 4096}. Paths: the batch-invariant Triton kernel, the
+batch-invariant Hopper Gluon kernel (where it runs), the fast split-KV kernel, and a torch
+baseline (gather + decode + dense softmax). Times are CUDA-event medians, eager and in
+CUDA-graph replay (host clock medians in `--smoke`, the CPU mode on the tiny geometry); the
+table shows graph replay (kernel time) where measured. Targets (reported, never asserted):
+see BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -196,28 +197,44 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def run(
-    geo: Geometry, rows_list: tuple[int, ...], device: torch.device, reps: int, smoke: bool
+    geo: Geometry,
+    rows_list: tuple[int, ...],
+    device: torch.device,
+    reps: int,
+    smoke: bool,
+    skip: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
+    """Time every path at each T: the Triton invariant kernel, the Hopper Gluon kernel (where
+    it runs), the fast split-KV path and the torch baseline; eager CUDA events and CUDA-graph
+    replay (kernel time) on the GPU."""
+    from .ops.sparse_attention.gluon_launch import gluon_supported, launch_gluon_sparse_attention
+    from .ops.sparse_attention.launch import launch_sparse_attention
+
     results = []
     # Without a GPU the kernels need the interpreter; lacking that, smoke mode times torch.
-    triton_backend = "triton" if device.type == "cuda" or interpreter_active() else "torch"
+    kernels = device.type == "cuda" or interpreter_active()
+    triton_backend = "triton" if kernels else "torch"
     for rows in rows_list:
         p = make_problem(geo, rows, device, seed=rows)
-        inv = functools.partial(
-            sparse_attention,
-            *p.args(),
-            batch_invariant=True,
-            backend=triton_backend,
-            validate=False,
-        )
-        fast = functools.partial(
+        paths: dict[str, Callable[[], Any]] = {}
+        if kernels:
+            paths["invariant"] = functools.partial(launch_sparse_attention, *p.args())
+        else:
+            paths["invariant"] = functools.partial(
+                sparse_attention, *p.args(), backend="torch", validate=False
+            )
+        if gluon_supported(p.q):
+            paths["gluon"] = functools.partial(launch_gluon_sparse_attention, *p.args())
+        paths["fast"] = functools.partial(
             sparse_attention,
             *p.args(),
             batch_invariant=False,
             backend=triton_backend,
             validate=False,
         )
-        dense = functools.partial(torch_dense, p)
+        paths["torch"] = functools.partial(torch_dense, p)
+        for name in skip:
+            paths.pop(name, None)
         # correctness on a few rows against the float64 reference
         sub = min(rows, 16)
         ref, _ = reference_sparse_attention(
@@ -231,28 +248,33 @@ def run(
             p.sink,
             p.scale,
         )
-        errs = {
-            name: _rel_err(f()[0][:sub], ref)
-            for name, f in (("invariant", inv), ("fast", fast), ("torch", dense))
-        }
         r = max(1, reps // 10) if rows >= 1024 else reps
         row: dict[str, Any] = {"T": rows}
-        for name, f in (("invariant", inv), ("fast", fast), ("torch", dense)):
+        for name, f in paths.items():
+            row[f"{name}_relerr"] = _rel_err(f()[0][:sub], ref)
             sec = time_fn(f, device, r if name != "torch" else max(1, r // 4))
             row[f"{name}_us"] = sec * 1e6
-            row[f"{name}_tflops"] = geo.flop_per_row * rows / sec / 1e12
-            row[f"{name}_gbs"] = geo.kv_bytes_per_row * rows / sec / 1e9
-            row[f"{name}_relerr"] = errs[name]
-        g = time_graph(inv, device, r)
-        row["invariant_graph_us"] = None if g is None else g * 1e6
-        row["invariant_ns_per_row"] = row["invariant_us"] * 1e3 / rows
-        row["floor_ratio"] = row["invariant_ns_per_row"] / FLOOR_NS_PER_ROW
-        row["inv_over_fast"] = row["invariant_us"] / row["fast_us"]
+            g = time_graph(f, device, r) if name != "torch" else None
+            row[f"{name}_graph_us"] = None if g is None else g * 1e6
+            best = g if g is not None else sec
+            row[f"{name}_tflops"] = geo.flop_per_row * rows / best / 1e12
+            row[f"{name}_gbs"] = geo.kv_bytes_per_row * rows / best / 1e9
+        bi = "gluon" if "gluon" in paths else "invariant"
+        row["bi_path"] = bi
+        row["bi_ns_per_row"] = _kernel_us(row, bi) * 1e3 / rows
+        row["floor_ratio"] = row["bi_ns_per_row"] / FLOOR_NS_PER_ROW
+        row["bi_over_fast"] = _kernel_us(row, bi) / _kernel_us(row, "fast")
         results.append(row)
         del p
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return results
+
+
+def _kernel_us(row: dict[str, Any], name: str) -> float:
+    """The CUDA-graph replay time of a path where measured, else its eager time."""
+    g = row.get(f"{name}_graph_us")
+    return float(g if g is not None else row[f"{name}_us"])
 
 
 def sweep(
@@ -300,7 +322,9 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
 
     ts = [r["T"] for r in results]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name in ("invariant", "fast", "torch"):
+    for name in ("invariant", "gluon", "fast", "torch"):
+        if f"{name}_tflops" not in results[0]:
+            continue
         ax.plot(ts, [r[f"{name}_tflops"] for r in results], marker="o", label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("rows T")
@@ -313,20 +337,17 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
 
 
 def _table(results: list[dict[str, Any]]) -> str:
-    head = (
-        f"{'T':>5} {'inv us':>9} {'inv TF/s':>8} {'fast us':>9} {'fast TF/s':>9} "
-        f"{'torch us':>10} {'inv/fast':>8} {'ns/row':>8} {'x floor':>7} {'graph us':>8} "
-        f"{'err inv':>8}"
-    )
-    lines = [head]
+    """Markdown table: kernel time (graph replay where measured) and TFLOP/s per path."""
+    names = [n for n in ("invariant", "gluon", "fast", "torch") if f"{n}_us" in results[0]]
+    head = "| T | " + " | ".join(f"{n} us | {n} TFLOP/s" for n in names)
+    head += " | BI/fast | err (BI) |"
+    lines = [head, "|" + "---:|" * (2 * len(names) + 3)]
     for r in results:
-        g = r["invariant_graph_us"]
+        cells = [f"{_kernel_us(r, n):.1f} | {r[f'{n}_tflops']:.1f}" for n in names]
         lines.append(
-            f"{r['T']:>5} {r['invariant_us']:>9.1f} {r['invariant_tflops']:>8.1f} "
-            f"{r['fast_us']:>9.1f} {r['fast_tflops']:>9.1f} {r['torch_us']:>10.1f} "
-            f"{r['inv_over_fast']:>8.2f} {r['invariant_ns_per_row']:>8.1f} "
-            f"{r['floor_ratio']:>7.2f} {'-' if g is None else f'{g:.1f}':>8} "
-            f"{r['invariant_relerr']:>8.1e}"
+            f"| {r['T']} | "
+            + " | ".join(cells)
+            + f" | {r['bi_over_fast']:.2f} | {r[r['bi_path'] + '_relerr']:.1e} |"
         )
     return "\n".join(lines)
 
@@ -339,6 +360,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--rows", help="comma-separated T values")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--sweep", action="store_true", help="also time tile configs")
+    ap.add_argument("--skip", default="", help="comma-separated paths not to run")
     ap.add_argument(
         "--configs",
         default="64,32,8,1;64,64,8,1;64,64,8,2;64,128,8,1;32,64,4,1",
@@ -354,7 +376,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         geo, device, rows, reps = FLASH, torch.device("cuda"), FLASH_ROWS, a.reps
     if a.rows:
         rows = tuple(int(x) for x in a.rows.split(","))
-    results = run(geo, rows, device, reps, a.smoke)
+    skip = tuple(x for x in a.skip.split(",") if x)
+    results = run(geo, rows, device, reps, a.smoke, skip)
     payload: dict[str, Any] = {"geometry": asdict(geo), "results": results}
     if a.sweep and not a.smoke:
         cfgs = [tuple(int(v) for v in c.split(",")) for c in a.configs.split(";")]

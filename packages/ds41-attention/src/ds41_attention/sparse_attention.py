@@ -14,6 +14,12 @@ WINDOW_FORMATS = ("mxfp8", "bf16")
 """Window cache formats the kernels read (SPEC section 4: MXFP8, or bf16 for baselines)."""
 COMPRESSED_FORMATS = ("mxfp8", "nvfp4", "bf16")
 """Compressed cache formats the kernels read."""
+GLUON_DEFAULT = False
+"""Whether `backend="auto"/"triton"` picks the Hopper Gluon kernel where it can run.
+
+Off for now: the kernel passed its GPU tests (float64 bound, row alone == in batches up to
+512, graph == eager) under an earlier name, and the final tree has not run on the H200 yet;
+it is 5-14% faster than the Triton kernel. `backend="gluon"` selects it explicitly."""
 
 
 def _check_index(name: str, x: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> None:
@@ -68,7 +74,8 @@ def validate_inputs(
 ) -> None:
     """Raise TypeError / ValueError / IndexError naming the bad argument; nothing is launched.
 
-    `check_values=False` skips the checks that read tensor values (host syncs).
+    `check_values=False` skips the checks that read tensor values (host syncs): slot and
+    length ranges, a finite `q`, a sink without NaN.
     """
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"q must be a bf16 tensor [T, H, D], got {type(q).__name__}")
@@ -121,6 +128,10 @@ def validate_inputs(
         raise ValueError(f"scale must be a finite float, got {scale!r}")
     if not check_values:
         return
+    if q.numel() > 0 and not bool(torch.isfinite(q).all()):
+        raise ValueError("q must be finite (no NaN or inf), got non-finite values")
+    if bool(torch.isnan(sink).any()):
+        raise ValueError("sink must not be NaN (+inf and -inf are allowed), got NaN values")
     _check_range("swa_slots", swa_slots, -1, window_cache.num_slots - 1, "slot -1 or a slot")
     _check_range("swa_lens", swa_lens, 0, w, f"at most W = {w}")
     if comp_cache is not None and comp_slots is not None and comp_lens is not None:
@@ -154,9 +165,22 @@ def sparse_attention(
 
     Returns (out bf16 [T, H, D], lse f32 [T, H]); lse excludes the sink; a row with no valid
     entry gives zeros and lse = -inf. `batch_invariant=True`: every row's bits are a function
-    of that row alone (one launch, no split over keys). `batch_invariant=False` (Triton only)
-    splits rows over keys by a plan chosen from the batch shape. `validate=False` skips the
-    value-range checks (host syncs), so the call can be captured in a CUDA graph.
+    of that row alone (one launch, no split over keys). `batch_invariant=False` (GPU kernels
+    only) splits rows over keys by a plan chosen from the batch shape.
+
+    `backend`: "auto" (kernels on CUDA, torch on CPU), "triton" (the GPU kernels: on a
+    Hopper GPU (sm_90) with D = 512 the invariant path runs the Gluon kernel, elsewhere the
+    portable Triton kernel), "gluon" (the Gluon kernel or a ValueError where it cannot run),
+    "torch".
+
+    `validate=True` checks the values (one host sync): slots in [-1, num_slots), lengths in
+    [0, W] / [0, K], `q` finite and `sink` not NaN; a failure raises (ValueError naming `q`
+    or `sink`, IndexError for slots). `validate=False` skips these reads so the call can be
+    captured in a CUDA graph, and gives up: (1) for non-finite `q` or NaN `sink` the result
+    is unspecified and may differ between backends (NaN, zeros or -inf lse); (2) a slot
+    outside [0, num_slots) counts as -1 (skipped) and lengths are clamped to [0, W] / [0, K]:
+    no input makes any backend read or write out of bounds, but a caller's bad slot is
+    silently dropped instead of reported.
     """
     validate_inputs(
         q,
@@ -170,7 +194,38 @@ def sparse_attention(
         scale,
         check_values=validate,
     )
-    resolved = resolve_backend(backend, q.device)
+    use_gluon = False
+    if backend == "gluon":
+        from .ops.sparse_attention.gluon_launch import gluon_supported
+
+        if not batch_invariant or not gluon_supported(q):
+            raise ValueError(
+                "backend='gluon' needs a CUDA sm_90 (Hopper) device, D = 512 and "
+                f"batch_invariant=True, got device {q.device}, D = {q.shape[2]}, "
+                f"batch_invariant={batch_invariant}"
+            )
+        use_gluon = True
+        resolved = "triton"
+    else:
+        resolved = resolve_backend(backend, q.device)
+        if resolved == "triton" and batch_invariant and GLUON_DEFAULT:
+            from .ops.sparse_attention.gluon_launch import gluon_supported
+
+            use_gluon = gluon_supported(q)
+    if use_gluon:
+        from .ops.sparse_attention.gluon_launch import launch_gluon_sparse_attention
+
+        return launch_gluon_sparse_attention(
+            q,
+            window_cache,
+            swa_slots,
+            swa_lens,
+            comp_cache,
+            comp_slots,
+            comp_lens,
+            sink,
+            float(scale),
+        )
     if resolved == "torch":
         return torch_sparse_attention(
             q,

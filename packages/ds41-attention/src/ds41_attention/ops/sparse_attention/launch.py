@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+import enum
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -13,26 +13,37 @@ from ds41_cache.backend import interpreter_active
 
 from .triton_kernels import _combine_kernel, _sparse_attn_kernel
 
-FMT_CODES = {"mxfp8": 0, "nvfp4": 1, "bf16": 2}
-"""Format codes the kernels branch on (constexpr); 3 means "no compressed cache"."""
-FMT_NONE = 3
+
+class KvFormat(enum.IntEnum):
+    """Record format codes the kernels branch on (constexpr `W_FMT` / `C_FMT`)."""
+
+    MXFP8 = 0
+    NVFP4 = 1
+    BF16 = 2
+    NONE = 3
+    """No compressed cache."""
+
+    @classmethod
+    def from_name(cls, fmt: str) -> KvFormat:
+        """The code of a `PagedCache.fmt` name ("mxfp8", "nvfp4", "bf16")."""
+        try:
+            return cls[fmt.upper()] if fmt != "none" else cls.NONE
+        except KeyError:
+            raise ValueError(f"fmt must be one of 'mxfp8', 'nvfp4', 'bf16', got {fmt!r}") from None
+
+
+FMT_NONE = KvFormat.NONE
 MAX_SPLITS = 64
 
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Tile shape and launch parameters; chosen from (H, D) only, never from the batch.
-
-    `d_tiles`: programs per (row, head block), each owning a share of the output channels
-    (1, or 2 = one channel parity each; both recompute the same scores, so they agree on the
-    softmax bit for bit). Measured slower on the H200 at H=64, D=512 (README), kept as an option.
-    """
+    """Tile shape and launch parameters; chosen from (H, D) only, never from the batch."""
 
     block_h: int
     block_n: int
     num_warps: int
     num_stages: int
-    d_tiles: int = 1
 
 
 def default_config(num_heads: int, dim: int) -> KernelConfig:
@@ -81,18 +92,15 @@ def launch_sparse_attention(
     config: KernelConfig | None = None,
     splits: int | None = None,
     hw_fp8: bool | None = None,
-    profile_drop: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the kernels on validated inputs; returns (out bf16 [T, H, D], lse f32 [T, H]).
 
     `batch_invariant=True`: one program per (row, head block), no split. Otherwise `splits`
     (or the planner) decides how many programs share one row's keys, merged by a combine pass.
     `hw_fp8`: decode e4m3 with the hardware conversion (default on CUDA) or the integer helpers;
-    both give identical values. `profile_drop` (stage-drop profiling only, meaningless
-    outputs): the kernel's DROP switch, see `_sparse_attn_kernel`.
+    both give identical values. Slots outside [0, num_slots) and lengths outside [0, W] /
+    [0, K] never make the kernels read out of bounds (such keys are skipped).
     """
-    if profile_drop not in (0, 1, 2, 3):
-        raise ValueError(f"profile_drop must be 0, 1, 2 or 3, got {profile_drop}")
     t_rows, h, d = q.shape
     device = q.device
     out = empty((t_rows, h, d), torch.bfloat16, device)
@@ -100,18 +108,14 @@ def launch_sparse_attention(
     if t_rows == 0:
         return out, lse
     cfg = config or default_config(h, d)
-    if cfg.d_tiles not in (1, 2):
-        raise ValueError(f"config.d_tiles must be 1 or 2, got {cfg.d_tiles}")
-    if not batch_invariant:
-        cfg = replace(cfg, d_tiles=1)  # the split path keeps whole rows of channels
     upcast = interpreter_active()
     use_hw_fp8 = (not upcast) and device.type == "cuda" and hw_fp8 is not False
     head_blocks = triton.cdiv(h, cfg.block_h)
     w_st, w_st16, w_st32, w_stride, w_ps = _storage_args(window_cache)
-    w_fmt = FMT_CODES[window_cache.fmt]
+    w_fmt = KvFormat.from_name(window_cache.fmt)
     if comp_cache is not None and comp_slots is not None and comp_lens is not None:
         c_st, c_st16, c_st32, c_stride, c_ps = _storage_args(comp_cache)
-        c_fmt = FMT_CODES[comp_cache.fmt]
+        c_fmt = KvFormat.from_name(comp_cache.fmt)
         c_slots, c_lens = comp_slots, comp_lens
     else:
         # placeholders the kernel never reads (C_FMT == FMT_NONE)
@@ -142,18 +146,21 @@ def launch_sparse_attention(
     out_words = out.view(torch.int32)
     out_arg = out.view(torch.int16) if upcast else out
 
-    _sparse_attn_kernel[(t_rows, head_blocks * cfg.d_tiles, num_splits)](
+    w_slots_n = window_cache.num_slots
+    c_slots_n = comp_cache.num_slots if c_fmt != FMT_NONE and comp_cache is not None else 0
+    _sparse_attn_kernel[(t_rows, head_blocks, num_splits)](
         q_words, q.stride(0), q.stride(1),
-        w_st, w_st16, w_st32, w_stride, w_ps, swa_slots, swa_slots.stride(0), swa_lens,
-        c_st, c_st16, c_st32, c_stride, c_ps, c_slots, c_slots.stride(0), c_lens,
+        w_st, w_st16, w_st32, w_stride, w_ps, w_slots_n,
+        swa_slots, swa_slots.stride(0), swa_lens, swa_slots.shape[1],
+        c_st, c_st16, c_st32, c_stride, c_ps, c_slots_n,
+        c_slots, c_slots.stride(0), c_lens, c_slots.shape[1],
         sink, float(scale),
-        out_words if cfg.d_tiles == 1 else out_arg, out.stride(0), out.stride(1),
+        out_words, out.stride(0), out.stride(1),
         lse, lse.stride(0),
         part_o, part_ml, num_splits,
         h,
         D=d, BLOCK_H=cfg.block_h, BLOCK_N=cfg.block_n,
-        W_FMT=w_fmt, C_FMT=c_fmt, SPLIT=split, UPCAST=upcast, HW_FP8=use_hw_fp8,
-        D_TILES=cfg.d_tiles, DROP=profile_drop,
+        W_FMT=int(w_fmt), C_FMT=int(c_fmt), SPLIT=split, UPCAST=upcast, HW_FP8=use_hw_fp8,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     if split:
@@ -164,29 +171,3 @@ def launch_sparse_attention(
             num_warps=4,
         )  # fmt: skip
     return out, lse
-
-
-def kernel_signature(
-    cfg: KernelConfig, dim: int, w_fmt: int, c_fmt: int
-) -> tuple[dict[str, str], dict[str, int | bool], dict[tuple[int], list[list[Any]]]]:
-    """(signature, constexprs, attrs) of the invariant `_sparse_attn_kernel` as the launcher
-    specializes it on the V4.1 geometry (pointers and strides divisible by 16, one split), for
-    offline compiles (ptxas reports without a GPU)."""
-    out_t = "*i32" if cfg.d_tiles == 1 else "*bf16"
-    p = {"q_ptr": "*i32", "w_ptr": "*u8", "w16_ptr": "*i16", "w32_ptr": "*i32",
-         "swa_ptr": "*i32", "swa_lens_ptr": "*i32", "c_ptr": "*u8", "c16_ptr": "*i16",
-         "c32_ptr": "*i32", "comp_ptr": "*i32", "comp_lens_ptr": "*i32", "sink_ptr": "*fp32",
-         "out_ptr": out_t, "lse_ptr": "*fp32", "part_o_ptr": "*fp32", "part_ml_ptr": "*fp32",
-         "scale": "fp32"}  # fmt: skip
-    constexprs: dict[str, int | bool] = {
-        "D": dim, "BLOCK_H": cfg.block_h, "BLOCK_N": cfg.block_n, "W_FMT": w_fmt,
-        "C_FMT": c_fmt, "SPLIT": False, "UPCAST": False, "HW_FP8": True,
-        "D_TILES": cfg.d_tiles, "DROP": 0, "num_splits": 1,
-    }  # fmt: skip
-    sig = {}
-    attrs: dict[tuple[int], list[list[Any]]] = {}
-    for i, name in enumerate(_sparse_attn_kernel.arg_names):
-        sig[name] = "constexpr" if name in constexprs else p.get(name, "i32")
-        if sig[name] != "constexpr" and name != "scale":
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    return sig, constexprs, attrs

@@ -20,11 +20,14 @@ from .records import gather_decode
 def _entries(
     cache: PagedCache, slots: torch.Tensor, lens: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Decoded entries f64 [T, N, D] and their validity bool [T, N] (slot >= 0, j < len)."""
+    """Decoded entries f64 [T, N, D] and their validity bool [T, N] (0 <= slot < num_slots,
+    j < len; an out-of-range slot counts as -1, as in the kernels)."""
     t, n = slots.shape
-    kv = gather_decode(cache, slots).to(torch.float64).reshape(t, n, cache.dim)
+    ok = (slots >= 0) & (slots < cache.num_slots)
+    kv = gather_decode(cache, torch.where(ok, slots, -1)).to(torch.float64)
+    kv = kv.reshape(t, n, cache.dim)
     j = torch.arange(n, device=slots.device)
-    valid = (slots >= 0) & (j[None, :] < lens[:, None].long())
+    valid = ok & (j[None, :] < lens[:, None].long())
     return kv, valid
 
 
@@ -69,11 +72,13 @@ def _decoded(
     cache: PagedCache, slots: torch.Tensor, lens: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """bf16 [T, N, D] entries of every slot (decoding is elementwise and exact, so doing it
-    for all rows at once changes no row's bits) and their validity bool [T, N]."""
+    for all rows at once changes no row's bits) and their validity bool [T, N]; a slot
+    outside [0, num_slots) counts as -1 (skipped), as in the kernels."""
     t, n = slots.shape
-    kv = gather_decode(cache, slots.reshape(-1)).view(t, n, cache.dim)
+    ok = (slots >= 0) & (slots < cache.num_slots)
+    kv = gather_decode(cache, torch.where(ok, slots, -1).reshape(-1)).view(t, n, cache.dim)
     j = torch.arange(n, device=slots.device)
-    return kv, (slots >= 0) & (j[None, :] < lens[:, None].long())
+    return kv, ok & (j[None, :] < lens[:, None].long())
 
 
 def torch_sparse_attention(

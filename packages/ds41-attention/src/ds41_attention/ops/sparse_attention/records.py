@@ -14,4 +14,5 @@ from ds41_cache.insert import gather
 
 def gather_decode(cache: PagedCache, slots: torch.Tensor) -> torch.Tensor:
     """`slots: [...]` int -> bf16 [numel, D] decoded entries; slot -1 gives zeros."""
-    return gather(cache, slots.reshape(-1), backend="torch", validate=False)
+    out: torch.Tensor = gather(cache, slots.reshape(-1), backend="torch", validate=False)
+    return out

@@ -20,8 +20,6 @@ import triton.language as tl
 
 from ds41_cache.ops.codec.triton_jit import e2m1_to_f32, e4m3_to_f32, ue8m0_to_f32
 
-# fmt: off
-
 
 @triton.jit
 def _e4m3(b, HW_FP8: tl.constexpr):
@@ -82,19 +80,19 @@ def _expand_groups(x, BLOCK_N: tl.constexpr, G: tl.constexpr, E: tl.constexpr):
 
 
 @triton.jit
-def _raw_codes(lo, hi, UPCAST: tl.constexpr):
-    """Codes converted as plain integers (the DROP == 1 profile: no decode, no scales)."""
-    if UPCAST:
-        return lo.to(tl.float32), hi.to(tl.float32)
-    else:
-        return lo.to(tl.bfloat16), hi.to(tl.bfloat16)
-
-
-@triton.jit
 def _decode_tile(
-    st_ptr, st16_ptr, st32_ptr, page_stride, page_size, slots, valid,
-    FMT: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-    HW_FP8: tl.constexpr, UPCAST: tl.constexpr, DROP: tl.constexpr = 0,
+    st_ptr,
+    st16_ptr,
+    st32_ptr,
+    page_stride,
+    page_size,
+    slots,
+    valid,
+    FMT: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HW_FP8: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     """Entries of `slots` (int64, >= 0) as (even channels, odd channels), each [BLOCK_N, D/2].
 
@@ -117,14 +115,10 @@ def _decode_tile(
         row16 = tl.multiple_of((base + off * D) // 2, 8)
         w = tl.load(st16_ptr + row16[:, None] + c[None, :], mask=vmask, other=0)
         srow = base + page_size * D + off * (D // 32)
-        if DROP != 1:
-            sb = tl.load(st_ptr + srow[:, None] + tl.arange(0, D // 32)[None, :], mask=vmask,
-                         other=127)
+        sb = tl.load(st_ptr + srow[:, None] + tl.arange(0, D // 32)[None, :], mask=vmask, other=127)
         lo = (w & 0xFF).to(tl.uint8)
         hi = ((w >> 8) & 0xFF).to(tl.uint8)
-        if DROP == 1:
-            ev, od = _raw_codes(lo, hi, UPCAST)
-        elif UPCAST:
+        if UPCAST:
             sc = _expand_groups(ue8m0_to_f32(sb), BLOCK_N, D // 32, 16)
             ev = _e4m3(lo, HW_FP8) * sc
             od = _e4m3(hi, HW_FP8) * sc
@@ -138,12 +132,8 @@ def _decode_tile(
         row = tl.multiple_of(base + off * (D // 2), 16)
         b = tl.load(st_ptr + row[:, None] + c[None, :], mask=vmask, other=0).to(tl.int32)
         srow = base + page_size * (D // 2) + off * (D // 16)
-        if DROP != 1:
-            sb = tl.load(st_ptr + srow[:, None] + tl.arange(0, D // 16)[None, :], mask=vmask,
-                         other=0)
-        if DROP == 1:
-            ev, od = _raw_codes(b & 15, b >> 4, UPCAST)
-        elif UPCAST:
+        sb = tl.load(st_ptr + srow[:, None] + tl.arange(0, D // 16)[None, :], mask=vmask, other=0)
+        if UPCAST:
             sc = _expand_groups(_e4m3(sb, HW_FP8), BLOCK_N, D // 16, 8)
             ev = e2m1_to_f32(b) * sc
             od = e2m1_to_f32(b >> 4) * sc
@@ -171,67 +161,130 @@ def _decode_tile(
 
 @triton.jit
 def _tile_slots(
-    i, n_w, t, swa_len, comp_len, swa_ptr, stride_swa_t, comp_ptr, stride_comp_t,
-    HAS_COMP: tl.constexpr, BLOCK_N: tl.constexpr,
+    i,
+    n_w,
+    t,
+    swa_len,
+    comp_len,
+    swa_ptr,
+    stride_swa_t,
+    comp_ptr,
+    stride_comp_t,
+    w_num_slots,
+    c_num_slots,
+    HAS_COMP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     """Slots (int64, invalid -> 0) and validity of tile `i` of the row's combined key list.
 
     Tiles [0, n_w) hold window entries, the rest compressed entries; both candidate loads are
     masked so only the list the tile belongs to is read. Tiles past the end are all invalid.
+    A slot outside [0, num_slots) of its cache is invalid (skipped), so no input makes the
+    kernel read outside the caches, validated or not.
     """
     offs = tl.arange(0, BLOCK_N)
     jw = i * BLOCK_N + offs
     in_w = jw < swa_len
     slots = tl.load(swa_ptr + t * stride_swa_t + jw, mask=in_w, other=-1)
-    in_len = in_w
+    ok = in_w & (slots < w_num_slots)
     if HAS_COMP:
         jc = (i - n_w) * BLOCK_N + offs
         in_c = (jc >= 0) & (jc < comp_len)
         sc = tl.load(comp_ptr + t * stride_comp_t + jc, mask=in_c, other=-1)
         slots = tl.where(in_c, sc, slots)
-        in_len = in_w | in_c
-    valid = in_len & (slots >= 0)
+        ok = ok | (in_c & (sc < c_num_slots))
+    valid = ok & (slots >= 0)
     return tl.maximum(slots, 0).to(tl.int64), valid
 
 
 @triton.jit
 def _tile_kv(
-    i, n_w, slots, valid,
-    w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size,
-    c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size,
-    W_FMT: tl.constexpr, C_FMT: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-    HW_FP8: tl.constexpr, UPCAST: tl.constexpr, DROP: tl.constexpr = 0,
+    i,
+    n_w,
+    slots,
+    valid,
+    w_ptr,
+    w16_ptr,
+    w32_ptr,
+    w_page_stride,
+    w_page_size,
+    c_ptr,
+    c16_ptr,
+    c32_ptr,
+    c_page_stride,
+    c_page_size,
+    W_FMT: tl.constexpr,
+    C_FMT: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HW_FP8: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     """Decoded (even, odd) channels of tile `i` from the window or the compressed cache."""
     if C_FMT == 3:
-        ev, od = _decode_tile(w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size, slots, valid,
-                              W_FMT, D, BLOCK_N, HW_FP8, UPCAST, DROP)
+        ev, od = _decode_tile(
+            w_ptr,
+            w16_ptr,
+            w32_ptr,
+            w_page_stride,
+            w_page_size,
+            slots,
+            valid,
+            W_FMT,
+            D,
+            BLOCK_N,
+            HW_FP8,
+            UPCAST,
+        )
     else:
         if i < n_w:
-            ev, od = _decode_tile(w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size, slots,
-                                  valid, W_FMT, D, BLOCK_N, HW_FP8, UPCAST, DROP)
+            ev, od = _decode_tile(
+                w_ptr,
+                w16_ptr,
+                w32_ptr,
+                w_page_stride,
+                w_page_size,
+                slots,
+                valid,
+                W_FMT,
+                D,
+                BLOCK_N,
+                HW_FP8,
+                UPCAST,
+            )
         else:
-            ev, od = _decode_tile(c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size, slots,
-                                  valid, C_FMT, D, BLOCK_N, HW_FP8, UPCAST, DROP)
+            ev, od = _decode_tile(
+                c_ptr,
+                c16_ptr,
+                c32_ptr,
+                c_page_stride,
+                c_page_size,
+                slots,
+                valid,
+                C_FMT,
+                D,
+                BLOCK_N,
+                HW_FP8,
+                UPCAST,
+            )
     return ev, od
 
 
 @triton.jit
-def _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od, k_ev, k_od, valid, scale, dv,
-                 D_TILES: tl.constexpr, UPCAST: tl.constexpr, DROP: tl.constexpr = 0):
+def _attend_tile(
+    q_ev, q_od, m_i, l_i, acc_ev, acc_od, k_ev, k_od, valid, scale, UPCAST: tl.constexpr
+):
     """Online-softmax update of (m, l, acc) with one decoded key tile (channel halves).
 
-    D_TILES == 2: the program owns one channel parity `dv` of the output, so only `acc_ev`
-    (holding that parity) is updated; the scores, hence m and l, are the same arithmetic in
-    both programs of a (row, head block). DROP: see `_sparse_attn_kernel`.
+    On the GPU P is rounded to bf16 for the tensor-core PV product; under the interpreter
+    (UPCAST) everything stays fp32, because the interpreter's bf16 dot is unreliable.
     """
-    if DROP == 2:
-        s = tl.zeros([q_ev.shape[0], k_ev.shape[0]], tl.float32)
-    elif UPCAST:
+    if UPCAST:
         s = tl.dot(q_od, tl.trans(k_od), tl.dot(q_ev, tl.trans(k_ev)))
     else:
-        s = tl.dot(q_od, tl.trans(k_od.to(tl.bfloat16)),
-                   tl.dot(q_ev, tl.trans(k_ev.to(tl.bfloat16))))
+        s = tl.dot(
+            q_od, tl.trans(k_od.to(tl.bfloat16)), tl.dot(q_ev, tl.trans(k_ev.to(tl.bfloat16)))
+        )
     s = tl.where(valid[None, :], s * scale, -float("inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     # A head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears.
@@ -243,42 +296,144 @@ def _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od, k_ev, k_od, valid, scale,
         p = p.to(tl.bfloat16)
         k_ev = k_ev.to(tl.bfloat16)
         k_od = k_od.to(tl.bfloat16)
-    if DROP == 3:
-        ps = tl.sum(p.to(tl.float32), 1)[:, None]
-        acc_ev = acc_ev * alpha[:, None] + ps
-        acc_od = acc_od * alpha[:, None] + ps
-    elif D_TILES == 1:
-        acc_ev = tl.dot(p, k_ev, acc_ev * alpha[:, None])
-        acc_od = tl.dot(p, k_od, acc_od * alpha[:, None])
-    else:
-        acc_ev = tl.dot(p, tl.where(dv == 0, k_ev, k_od), acc_ev * alpha[:, None])
+    acc_ev = tl.dot(p, k_ev, acc_ev * alpha[:, None])
+    acc_od = tl.dot(p, k_od, acc_od * alpha[:, None])
     return m_new, l_i, acc_ev, acc_od
 
 
 @triton.jit
-def _sparse_attn_kernel(
-    q_ptr, stride_qt, stride_qh,  # q as int32 words; strides in bf16 elements (even)
-    w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size, swa_ptr, stride_swa_t, swa_lens_ptr,
-    c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size, comp_ptr, stride_comp_t, comp_lens_ptr,
-    sink_ptr, scale,
-    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # out: int32 words (bf16 if D_TILES=2)
-    part_o_ptr, part_ml_ptr, num_splits,
-    H,
-    D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    W_FMT: tl.constexpr, C_FMT: tl.constexpr, SPLIT: tl.constexpr,
-    UPCAST: tl.constexpr, HW_FP8: tl.constexpr, D_TILES: tl.constexpr = 1,
-    DROP: tl.constexpr = 0,
+def _step(
+    i,
+    nslots,
+    nvalid,
+    q_ev,
+    q_od,
+    m_i,
+    l_i,
+    acc_ev,
+    acc_od,
+    scale,
+    n_w,
+    t,
+    swa_len,
+    comp_len,
+    swa_ptr,
+    stride_swa_t,
+    comp_ptr,
+    stride_comp_t,
+    w_num_slots,
+    c_num_slots,
+    w_ptr,
+    w16_ptr,
+    w32_ptr,
+    w_page_stride,
+    w_page_size,
+    c_ptr,
+    c16_ptr,
+    c32_ptr,
+    c_page_stride,
+    c_page_size,
+    W_FMT: tl.constexpr,
+    C_FMT: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HW_FP8: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
-    # DROP (stage-drop profile only, `scripts/stage_drop.py`; 0 in every real launch) removes
-    # one stage so its cost shows as the time saved: 1 = the decode (raw codes as values, no
-    # scale loads), 2 = the QK product (scores 0), 3 = the PV product (acc += row sums of P).
-    # DROP > 0 outputs are meaningless.
-    tl.static_assert(D_TILES == 1 or (D_TILES == 2 and not SPLIT))
-    t = tl.program_id(0)
-    # D_TILES programs share one (row, head block), each owning 1/D_TILES of the output
-    # channels (D_TILES == 2: one parity); adjacent, so their key loads meet in L2.
-    hb = tl.program_id(1) // D_TILES
-    dv = tl.program_id(1) % D_TILES
+    """One key tile: prefetch the slots of tile i+1, decode tile i, update the softmax."""
+    slots, valid = nslots, nvalid
+    nslots, nvalid = _tile_slots(
+        i + 1,
+        n_w,
+        t,
+        swa_len,
+        comp_len,
+        swa_ptr,
+        stride_swa_t,
+        comp_ptr,
+        stride_comp_t,
+        w_num_slots,
+        c_num_slots,
+        C_FMT != 3,
+        BLOCK_N,
+    )
+    k_ev, k_od = _tile_kv(
+        i,
+        n_w,
+        slots,
+        valid,
+        w_ptr,
+        w16_ptr,
+        w32_ptr,
+        w_page_stride,
+        w_page_size,
+        c_ptr,
+        c16_ptr,
+        c32_ptr,
+        c_page_stride,
+        c_page_size,
+        W_FMT,
+        C_FMT,
+        D,
+        BLOCK_N,
+        HW_FP8,
+        UPCAST,
+    )
+    m_i, l_i, acc_ev, acc_od = _attend_tile(
+        q_ev, q_od, m_i, l_i, acc_ev, acc_od, k_ev, k_od, valid, scale, UPCAST
+    )
+    return nslots, nvalid, m_i, l_i, acc_ev, acc_od
+
+
+@triton.jit
+def _sparse_attn_kernel(
+    q_ptr,
+    stride_qt,
+    stride_qh,  # q as int32 words; strides in bf16 elements (even)
+    w_ptr,
+    w16_ptr,
+    w32_ptr,
+    w_page_stride,
+    w_page_size,
+    w_num_slots,
+    swa_ptr,
+    stride_swa_t,
+    swa_lens_ptr,
+    W,
+    c_ptr,
+    c16_ptr,
+    c32_ptr,
+    c_page_stride,
+    c_page_size,
+    c_num_slots,
+    comp_ptr,
+    stride_comp_t,
+    comp_lens_ptr,
+    K,
+    sink_ptr,
+    scale,
+    out_ptr,
+    stride_ot,
+    stride_oh,
+    lse_ptr,
+    stride_lt,  # out as int32 words
+    part_o_ptr,
+    part_ml_ptr,
+    num_splits,
+    H,
+    D: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    W_FMT: tl.constexpr,
+    C_FMT: tl.constexpr,
+    SPLIT: tl.constexpr,
+    UPCAST: tl.constexpr,
+    HW_FP8: tl.constexpr,
+):
+    # int64 row index: every offset derived from it (q, out, lse, slot tables, partials) is
+    # int64, so T * H * D beyond 2^31 elements cannot overflow
+    t = tl.program_id(0).to(tl.int64)
+    hb = tl.program_id(1)
     sp = tl.program_id(2)
     heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = heads < H
@@ -290,10 +445,11 @@ def _sparse_attn_kernel(
     q_ev, q_od = _split_words(q_w, UPCAST)
 
     HAS_COMP: tl.constexpr = C_FMT != 3
-    swa_len = tl.load(swa_lens_ptr + t)
+    # lengths clamped to the slot tables' widths: unvalidated inputs never read past them
+    swa_len = tl.minimum(tl.maximum(tl.load(swa_lens_ptr + t), 0), W)
     n_w = tl.cdiv(swa_len, BLOCK_N)
     if HAS_COMP:
-        comp_len = tl.load(comp_lens_ptr + t)
+        comp_len = tl.minimum(tl.maximum(tl.load(comp_lens_ptr + t), 0), K)
     else:
         comp_len = swa_len * 0
     total = n_w + tl.cdiv(comp_len, BLOCK_N)
@@ -307,40 +463,107 @@ def _sparse_attn_kernel(
     m_i = tl.full([BLOCK_H], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc_ev = tl.zeros([BLOCK_H, D // 2], tl.float32)
-    if D_TILES == 1:
-        acc_od = tl.zeros([BLOCK_H, D // 2], tl.float32)
-    else:
-        acc_od = tl.zeros([BLOCK_H], tl.float32)  # unused placeholder
-    nslots, nvalid = _tile_slots(lo, n_w, t, swa_len, comp_len, swa_ptr, stride_swa_t,
-                                 comp_ptr, stride_comp_t, HAS_COMP, BLOCK_N)
+    acc_od = tl.zeros([BLOCK_H, D // 2], tl.float32)
+    nslots, nvalid = _tile_slots(
+        lo,
+        n_w,
+        t,
+        swa_len,
+        comp_len,
+        swa_ptr,
+        stride_swa_t,
+        comp_ptr,
+        stride_comp_t,
+        w_num_slots,
+        c_num_slots,
+        HAS_COMP,
+        BLOCK_N,
+    )
     # One loop over the row's tiles in the fixed order: window ascending, then compressed.
+    # The body is `_step`; the interpreter cannot iterate `range` over loaded scalars, so it
+    # runs the same body in a while loop.
     if UPCAST:
-        # The CPU interpreter cannot iterate `range` over loaded scalars; a while loop can.
         i = lo
         while i < hi:
-            slots, valid = nslots, nvalid
-            nslots, nvalid = _tile_slots(i + 1, n_w, t, swa_len, comp_len, swa_ptr,
-                                         stride_swa_t, comp_ptr, stride_comp_t, HAS_COMP, BLOCK_N)
-            k_ev, k_od = _tile_kv(i, n_w, slots, valid,
-                                  w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size,
-                                  c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size,
-                                  W_FMT, C_FMT, D, BLOCK_N, HW_FP8, UPCAST, DROP)
-            m_i, l_i, acc_ev, acc_od = _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od,
-                                                    k_ev, k_od, valid, scale, dv, D_TILES,
-                                                    UPCAST, DROP)
+            nslots, nvalid, m_i, l_i, acc_ev, acc_od = _step(
+                i,
+                nslots,
+                nvalid,
+                q_ev,
+                q_od,
+                m_i,
+                l_i,
+                acc_ev,
+                acc_od,
+                scale,
+                n_w,
+                t,
+                swa_len,
+                comp_len,
+                swa_ptr,
+                stride_swa_t,
+                comp_ptr,
+                stride_comp_t,
+                w_num_slots,
+                c_num_slots,
+                w_ptr,
+                w16_ptr,
+                w32_ptr,
+                w_page_stride,
+                w_page_size,
+                c_ptr,
+                c16_ptr,
+                c32_ptr,
+                c_page_stride,
+                c_page_size,
+                W_FMT,
+                C_FMT,
+                D,
+                BLOCK_N,
+                HW_FP8,
+                UPCAST,
+            )
             i += 1
     else:
         for i in range(lo, hi):
-            slots, valid = nslots, nvalid
-            nslots, nvalid = _tile_slots(i + 1, n_w, t, swa_len, comp_len, swa_ptr,
-                                         stride_swa_t, comp_ptr, stride_comp_t, HAS_COMP, BLOCK_N)
-            k_ev, k_od = _tile_kv(i, n_w, slots, valid,
-                                  w_ptr, w16_ptr, w32_ptr, w_page_stride, w_page_size,
-                                  c_ptr, c16_ptr, c32_ptr, c_page_stride, c_page_size,
-                                  W_FMT, C_FMT, D, BLOCK_N, HW_FP8, UPCAST, DROP)
-            m_i, l_i, acc_ev, acc_od = _attend_tile(q_ev, q_od, m_i, l_i, acc_ev, acc_od,
-                                                    k_ev, k_od, valid, scale, dv, D_TILES,
-                                                    UPCAST, DROP)
+            nslots, nvalid, m_i, l_i, acc_ev, acc_od = _step(
+                i,
+                nslots,
+                nvalid,
+                q_ev,
+                q_od,
+                m_i,
+                l_i,
+                acc_ev,
+                acc_od,
+                scale,
+                n_w,
+                t,
+                swa_len,
+                comp_len,
+                swa_ptr,
+                stride_swa_t,
+                comp_ptr,
+                stride_comp_t,
+                w_num_slots,
+                c_num_slots,
+                w_ptr,
+                w16_ptr,
+                w32_ptr,
+                w_page_stride,
+                w_page_size,
+                c_ptr,
+                c16_ptr,
+                c32_ptr,
+                c_page_stride,
+                c_page_size,
+                W_FMT,
+                C_FMT,
+                D,
+                BLOCK_N,
+                HW_FP8,
+                UPCAST,
+            )
 
     if SPLIT:
         pidx = (t * H + heads) * num_splits + sp
@@ -356,28 +579,32 @@ def _sparse_attn_kernel(
         # The sink joins the denominator only; +inf sink gives 0, -inf a plain softmax.
         denom = l_i + tl.exp(sink - m_safe)
         o_ev = tl.where(has[:, None], acc_ev / denom[:, None], 0.0)
+        o_od = tl.where(has[:, None], acc_od / denom[:, None], 0.0)
         lse = tl.where(has, m_safe + tl.log(tl.where(has, l_i, 1.0)), -float("inf"))
-        if D_TILES == 1:
-            o_od = tl.where(has[:, None], acc_od / denom[:, None], 0.0)
-            words = _bf16_bits(o_ev, UPCAST) | (_bf16_bits(o_od, UPCAST) << 16)
-            o_rows = out_ptr + t * (stride_ot // 2) + heads[:, None] * (stride_oh // 2)
-            tl.store(o_rows + cw[None, :], words, mask=hmask[:, None])
-            tl.store(lse_ptr + t * stride_lt + heads, lse, mask=hmask)
-        else:
-            # out is bf16 here (int16 under the interpreter): channels 2 * cw + dv
-            o_rows = out_ptr + t * stride_ot + heads[:, None] * stride_oh
-            _store_bf16(o_rows + 2 * cw[None, :] + dv, o_ev, hmask[:, None], UPCAST)
-            tl.store(lse_ptr + t * stride_lt + heads, lse, mask=hmask & (dv == 0))
+        words = _bf16_bits(o_ev, UPCAST) | (_bf16_bits(o_od, UPCAST) << 16)
+        o_rows = out_ptr + t * (stride_ot // 2) + heads[:, None] * (stride_oh // 2)
+        tl.store(o_rows + cw[None, :], words, mask=hmask[:, None])
+        tl.store(lse_ptr + t * stride_lt + heads, lse, mask=hmask)
 
 
 @triton.jit
 def _combine_kernel(
-    part_o_ptr, part_ml_ptr, num_splits, sink_ptr,
-    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,
-    H, D: tl.constexpr, BLOCK_S: tl.constexpr, UPCAST: tl.constexpr,
+    part_o_ptr,
+    part_ml_ptr,
+    num_splits,
+    sink_ptr,
+    out_ptr,
+    stride_ot,
+    stride_oh,
+    lse_ptr,
+    stride_lt,
+    H,
+    D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     """Merge the split partials (acc, m, l) of one (row, head) and apply the sink."""
-    t = tl.program_id(0)
+    t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     sp = tl.arange(0, BLOCK_S)
     smask = sp < num_splits
@@ -398,6 +625,3 @@ def _combine_kernel(
     lse = tl.where(has, m_safe + tl.log(tl.where(has, l_tot, 1.0)), -float("inf"))
     _store_bf16(out_ptr + t * stride_ot + h * stride_oh + cols, o, cols < D, UPCAST)
     tl.store(lse_ptr + t * stride_lt + h, lse)
-
-
-# fmt: on
