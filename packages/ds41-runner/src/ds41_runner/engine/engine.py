@@ -440,11 +440,14 @@ class Engine:
         entries: list[tuple[int, int, bool]] = []
         decode_rows = 0
         sampled_ids = {id(r) for r, k in samples if k < 0}
+        row_of: dict[int, int] = {}  # the step row of each request's first row
+        slot_of: dict[int, int] = {}
         for req, n in plan.entries:
+            row_of[id(req)] = len(tok)
             start = req.num_computed
             prompt_len = len(req.prompt)
             known = prompt_len + len(req.generated)
-            slot_r = self.sched.slot_of(req)
+            slot_r = slot_of[id(req)] = self.sched.slot_of(req)
             stop = min(start + n, known)
             if stop <= prompt_len:
                 tok += req.prompt[start:stop]
@@ -469,24 +472,20 @@ class Engine:
         host[layout.span("req_idx")][:t] = req_idx
         host[layout.span("pos")][:t] = pos
         # Logit rows: the row of each sampled request, and every scored row.
-        row_of: dict[int, int] = {}
-        row = 0
-        for req, n in plan.entries:
-            row_of[id(req)] = row
-            row += n
         rows_l, seeds, spos, store, topk, targets, temps, topps = [], [], [], [], [], [], [], []
         for req, k in samples:
             first_row = row_of[id(req)]
             if k < 0:
                 p = req.length - 1
+                params = req.params
                 rows_l.append(first_row + p - req.num_computed)
-                seeds.append(req.seed)
+                seeds.append(params.seed)
                 spos.append(p)
-                store.append(self.sched.slot_of(req))
-                topk.append(req.params.top_k)
+                store.append(slot_of[id(req)])
+                topk.append(params.top_k)
                 targets.append(-1)
-                temps.append(req.params.temperature)
-                topps.append(req.params.top_p)
+                temps.append(params.temperature)
+                topps.append(params.top_p)
             else:
                 assert req.score_from is not None
                 p = req.score_from - 1 + k
