@@ -66,10 +66,13 @@ def matmul_kernel(
             other=0.0,
         )
         if UPCAST:
-            # The interpreter's bf16 dot is unreliable; fp32 of bf16 values is exact.
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        if IEEE_FP32:
+            # Interpreter only. Its bf16 dot is unreliable (fp32 of bf16 values is exact), and
+            # its fp32 dot is numpy's BLAS, which on some CPUs rounds a row differently
+            # depending on where it sits in the tile; an explicit product and sum over K
+            # treats every row alike, as the GPU's dot does.
+            prod = a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :]
+            acc += tl.sum(prod, axis=1)
+        elif IEEE_FP32:
             acc = tl.dot(a, b, acc, input_precision="ieee")
         else:
             acc = tl.dot(a, b, acc)
