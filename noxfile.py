@@ -92,6 +92,10 @@ def _uv_env() -> dict[str, str]:
         env["UV_INDEX"] = " ".join(pip["extra-index-url"].split())
     if "find-links" in pip and "UV_FIND_LINKS" not in os.environ:
         env["UV_FIND_LINKS"] = ",".join(pip["find-links"].split())
+    if env and "UV_INDEX_STRATEGY" not in os.environ:
+        # pip picks the best version across all its sources; uv by default takes a package
+        # from the first index that has it (e.g. an older ruff from a local mirror).
+        env["UV_INDEX_STRATEGY"] = "unsafe-best-match"
     return env
 
 
