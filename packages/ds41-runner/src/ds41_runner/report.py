@@ -189,6 +189,7 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
     steps = report["steps"]
     reqs = report["requests"]
@@ -268,6 +269,7 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     ax_r.axhline(report["chunk_size"], color="gray", linestyle="--", linewidth=1,
                  label=f"chunk_size = {report['chunk_size']} (row budget per step)")  # fmt: skip
     ax_r.set_ylim(0, max([report["chunk_size"], *(s["rows"] for s in steps)]) * 1.3)
+    ax_r.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_r.set_xlabel("engine step")
     ax_r.set_ylabel("rows in the step's forward")
     replays = report["summary"].get("graph_replays", 0)
