@@ -203,7 +203,7 @@ def build(session: nox.Session) -> None:
     dist_dir = ROOT / "dist"
     shutil.rmtree(dist_dir, ignore_errors=True)
     _build(session, dist_dir)
-    for f in sorted(dist_dir.iterdir()):
+    for f in sorted(dist_dir.glob("ds41_*")):
         session.log(f"built {f.name} ({f.stat().st_size / 1e3:.0f} kB)")
 
 
@@ -238,6 +238,8 @@ def wheels(session: nox.Session) -> None:
     try:
         dist_dir = work / "dist"
         _build(session, dist_dir, sdist=False)
+        if not list(dist_dir.glob("*.whl")):
+            session.skip("no wheels were built (nox --install-only skips the builds)")
         for dist in ALL:
             module = dist.replace("-", "_")
             env_dir = work / f"venv-{dist}"
