@@ -12,7 +12,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
 import ds41_runner
-from ds41_runner.config import (
+from ds41_runner.app_config import (
     RunConfig,
     config_dir,
     resolve_kv_dtype,
@@ -68,6 +68,21 @@ def test_auto_kv_dtype(kv: str, mode: str, expected: str) -> None:
         ("max_tokens_per_request=16", "exceeds max_tokens_per_request"),
         ("page_size=3 max_tokens_per_request=63", "multiple of every compress ratio"),
         ("model.max_position=256", "max_tokens_per_request must be <= model.max_position"),
+        # Appended keys the schema does not have used to be dropped without a word.
+        ("+foo=1", r"unknown config keys \['foo'\]"),
+        ("+workload.bar=2", r"unknown config keys \['workload.bar'\]"),
+        # Named the field, not "invalid literal for int()".
+        ("model.kv_source_layer_ids=abc", "model.kv_source_layer_ids must be a list of ints"),
+        ("model.compress_ratios=[0,x]", "model.compress_ratios must be a list of ints"),
+        ("model.heads=x", "model.heads must be a positive int"),
+        # The cache needs whole compressor groups per page with or without the prefix cache
+        # (used to pass compose and fail in Engine.from_config).
+        (
+            "page_size=3 max_tokens_per_request=63 prefix_cache=false",
+            r"page_size must be a multiple of every compress ratio in use \[1, 2\] \(e.g. 2\)",
+        ),
+        # Refused up front with the bytes it would need (used to die with a bare MemoryError).
+        ("num_pages=1000000000", "num_pages = 1000000000 needs .* GiB of paged cache"),
     ],
 )
 def test_bad_values_fail_at_compose_naming_the_field(override: str, match: str) -> None:
@@ -95,7 +110,7 @@ def test_compose_works_from_another_cwd_and_without_configs(tmp_path: Path) -> N
     # A fresh interpreter in an unrelated directory: once with the repo configs found from the
     # package location, once with discovery disabled (options served from ConfigStore).
     code = (
-        "import sys, ds41_runner.config as C\n"
+        "import sys, ds41_runner.app_config as C\n"
         "if sys.argv[1] == 'none':\n"
         "    C.config_dir = lambda: None\n"
         "cfg = C.compose(['chunk_size=7', 'mode=fast', 'workload=tiny'])\n"
@@ -115,7 +130,7 @@ def test_compose_works_from_another_cwd_and_without_configs(tmp_path: Path) -> N
 
 def test_built_in_fallback_options_match_the_yaml_files() -> None:
     # Installed without the repository, ConfigStore serves these; they must not drift.
-    from ds41_runner.config import (
+    from ds41_runner.app_config import (
         GRAPHS,
         KV_DTYPES,
         MODEL_PRESETS,
@@ -143,4 +158,30 @@ def test_built_in_fallback_options_match_the_yaml_files() -> None:
         path = d / "model" / f"{name}.yaml"
         if path.is_file():
             node = OmegaConf.load(path)
-            assert ds41_runner.config.build_model_config(node) == ModelConfig.preset(name), name
+            assert ds41_runner.app_config.build_model_config(node) == ModelConfig.preset(name), name
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8_ds_mla", "nvfp4_ds_mla"])
+def test_cache_bytes_estimate_matches_the_allocation(kv_dtype: str) -> None:
+    # The estimate behind the num_pages check, against the storage KVState really allocates.
+    from ds41_runner.app_config import cache_bytes
+    from ds41_runner.model import KVState
+
+    v = validate(ds41_runner.compose([f"kv_dtype={kv_dtype}", "num_pages=6", "page_size=4",
+                                      "max_tokens_per_request=64", "workload=tiny"]))  # fmt: skip
+    kv = KVState(v.model, kv_dtype=kv_dtype, max_requests=v.run.max_requests,
+                 max_tokens_per_request=64, num_pages=6, page_size=4)  # fmt: skip
+    caches = [*kv.window, *kv.comp.values(), *kv.index_keys.values()]
+    assert cache_bytes(v.run, v.model) == sum(c.storage.numel() for c in caches)
+
+
+def test_num_pages_limit_names_the_largest_that_fits() -> None:
+    from ds41_runner.app_config import cache_bytes, device_memory_bytes
+
+    v = validate(ds41_runner.compose(["device=cpu"]))
+    _, have = device_memory_bytes("cpu")
+    per_page = cache_bytes(v.run, v.model) // v.run.num_pages
+    limit = have // per_page
+    ds41_runner.compose(["device=cpu", f"num_pages={limit}"])  # fits: accepted
+    with pytest.raises(ValueError, match=f"num_pages must be <= {limit}"):
+        ds41_runner.compose(["device=cpu", f"num_pages={limit + 1}"])

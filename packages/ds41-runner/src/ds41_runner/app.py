@@ -2,9 +2,10 @@
 
 Runs the configured workload batched (continuous batching, chunked prefill), then checks
 invariance: every request re-run alone on a cold prefix cache and its log-probs recomputed with
-`score`, both compared bitwise with the batched run. Prints a table, writes report.json,
-report.md and plot.png to the Hydra output directory. Exits non-zero when mode=bi and a check
-failed.
+`score`, both compared bitwise with the batched run. Shows progress while it runs, prints a
+table, writes report.json, report.md and plot.png to the Hydra output directory; a `-m` sweep
+also writes summary.md, summary.json and summary.png to the sweep directory. Exits non-zero when
+a config is rejected (printed once, nothing left on disk) or mode=bi and a check failed.
 
     ds41-run                                   # model=tiny on the CPU
     ds41-run kv_dtype=fp8_ds_mla chunk_size=16 mode=fast
@@ -13,6 +14,8 @@ failed.
 
 from __future__ import annotations
 
+import logging
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -26,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import report as rep
-from .config import (
+from .app_config import (
     Validated,
     WorkloadConfig,
     config_dir,
@@ -71,30 +74,92 @@ def _lp_diff(a: list[float], b: list[float]) -> float:
     return max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
 
 
-def _progress(enabled: bool, console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, disable=not enabled, transient=True,
-    )  # fmt: skip
+# Libraries that log at INFO into the run's output (matplotlib's "generated new fontManager" on
+# a fresh machine, Pillow's plugin scan): the run's own output is the table and the reports.
+_QUIET_LOGGERS = ("matplotlib", "PIL")
+
+
+def quiet_library_logs() -> None:
+    """Raise the libraries' loggers to WARNING so their INFO lines stay out of the run output."""
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class _Progress:
+    """Progress of the phases: a live rich bar on a terminal, else a plain line every few seconds.
+
+    Under nox (or any pipe) rich's live display is off, so without the plain lines the job would
+    be silent until the table appears.
+    """
+
+    PLAIN_EVERY_S = 5.0
+
+    def __init__(self, enabled: bool, console: Console) -> None:
+        self.enabled = enabled
+        self.console = console
+        self.live = enabled and console.is_terminal
+        self.bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console, disable=not self.live, transient=True,
+        )  # fmt: skip
+        self._task: Any = None
+        self._name = ""
+        self._unit = ""
+        self._total = 0
+        self._t0 = self._last = 0.0
+
+    def __enter__(self) -> _Progress:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(None, None, None)
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            self.console.print(text, highlight=False)
+
+    def phase(self, name: str, total: int, unit: str) -> None:
+        self._name, self._unit, self._total = name, unit, total
+        self._t0 = self._last = time.perf_counter()
+        if self.live:
+            self._task = self.bar.add_task(name, total=total)
+        elif self.enabled:
+            self.console.print(f"{name}: 0/{total} {unit}", highlight=False)
+
+    def update(self, done: int, detail: str = "") -> None:
+        if self.live:
+            self.bar.update(self._task, completed=done)
+            return
+        now = time.perf_counter()
+        if self.enabled and (done >= self._total or now - self._last >= self.PLAIN_EVERY_S):
+            self._last = now
+            extra = f", {detail}" if detail else ""
+            self.console.print(
+                f"{self._name}: {done}/{self._total} {self._unit} ({now - self._t0:.0f} s{extra})",
+                highlight=False,
+            )
 
 
 def run(cfg: DictConfig | Validated, output_dir: Path | str, console: Console | None = None,
         model_name: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Run the workload and the invariance checks; write the reports; return the report."""
+    quiet_library_logs()
     v = cfg if isinstance(cfg, Validated) else validate(cfg)
     run_cfg = v.run
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     console = console or Console()
-    engine = Engine.from_config(v)
-    wl = make_workload(run_cfg.workload, v.model.vocab_size)
-    total_new = sum(wl.max_new_tokens)
-
-    with _progress(run_cfg.progress, console) as progress:
-        task = progress.add_task("batched run", total=total_new)
+    with _Progress(run_cfg.progress, console) as progress:
+        engine = Engine.from_config(v)
+        progress.note(
+            f"ds41-run: {v.model.n_layers} layers on {engine.device}, mode={run_cfg.mode.name}, "
+            f"{run_cfg.workload.num_requests} requests"
+        )
+        wl = make_workload(run_cfg.workload, v.model.vocab_size)
+        progress.phase("batched run", sum(wl.max_new_tokens), "tokens")
 
         def on_step(eng: Engine, rec: StepRecord) -> None:
-            progress.update(task, completed=eng.stats.generated)
+            progress.update(eng.stats.generated, f"step {rec.step}")
 
         engine.on_step = on_step
         t0 = time.perf_counter()
@@ -109,9 +174,9 @@ def run(cfg: DictConfig | Validated, output_dir: Path | str, console: Console | 
         checks = None
         if run_cfg.check_invariance:
             ok = [i for i, r in enumerate(results) if r.ok]
-            task2 = progress.add_task("invariance checks", total=len(ok))
+            progress.phase("invariance checks (alone + score)", len(ok), "requests")
             checks = {}
-            for i in ok:
+            for n, i in enumerate(ok):
                 engine.clear_prefix_cache()  # the alone run is cold
                 (alone,) = engine.generate(
                     [wl.prompts[i]], wl.max_new_tokens[i], seeds=[wl.seeds[i]],
@@ -119,9 +184,10 @@ def run(cfg: DictConfig | Validated, output_dir: Path | str, console: Console | 
                 )  # fmt: skip
                 scored = engine.score([wl.prompts[i] + results[i].tokens], [len(wl.prompts[i])])[0]
                 checks[i] = (alone, scored)
-                progress.advance(task2)
+                progress.update(n + 1)
 
     rep_dict = _build_report(v, engine, wl, results, stats, batched_seconds, checks, model_name)
+    out.mkdir(parents=True, exist_ok=True)
     rep.write_json(rep_dict, out / "report.json")
     rep.write_markdown(rep_dict, out / "report.md")
     if run_cfg.plot:
@@ -216,6 +282,7 @@ def _build_report(
         "backend": getattr(engine.model, "backend", r.backend),
         "graph": r.graph.name if engine.graphs is not None else "eager",
         "chunk_size": r.chunk_size,
+        "arrivals": list(wl.arrivals),
         "summary": summary,
         "invariance": invariance,
         "requests": requests,
@@ -227,6 +294,9 @@ def _build_report(
                 "decode_only": s.decode_only,
                 "graph": s.graph,
                 "seconds": s.seconds,
+                # (request index, rows of that request in the step, sampled a token); engines
+                # without per-request step entries report none.
+                "entries": [[int(a), int(b), bool(c)] for a, b, c in getattr(s, "entries", ())],
             }
             for s in stats.records
         ],
@@ -235,7 +305,7 @@ def _build_report(
 
 
 def _guess_model_name(v: Validated) -> str:
-    from .config import MODEL_PRESETS
+    from .app_config import MODEL_PRESETS
 
     for name in MODEL_PRESETS:
         try:
@@ -251,7 +321,18 @@ def _guess_model_name(v: Validated) -> str:
 # ---------------------------------------------------------------------------------------------
 register_configs()
 _CONFIG_DIR = config_dir()
-_FAILED: list[str] = []
+
+
+@dataclass
+class _Session:
+    """What the jobs of one `ds41-run` invocation leave for `main` (one job, or a `-m` sweep)."""
+
+    failed: list[str]
+    jobs: list[tuple[list[str], dict[str, Any]]]  # (the job's overrides, its report)
+    sweep_dir: Path | None = None
+
+
+_SESSION = _Session([], [])
 
 
 @hydra.main(
@@ -261,28 +342,73 @@ _FAILED: list[str] = []
 )
 def _hydra_main(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
+    quiet_library_logs()
     hc = HydraConfig.get()
+    out = Path(hc.runtime.output_dir)
+    label = " ".join(hc.overrides.task) or "(defaults)"
     try:
         v = validate(cfg)
     except (ValueError, TypeError) as exc:
-        Console(stderr=True).print(f"[red]config error:[/red] {exc}")
-        _FAILED.append(f"config error: {exc}")
+        # Printed here, once; the directory Hydra made for the job is removed again.
+        Console(stderr=True).print(f"[red]config error[/red] ({label}): {exc}", highlight=False)
+        _SESSION.failed.append("")
+        _discard_output_dir(out)
         return float("nan")
-    report = run(v, hc.runtime.output_dir, model_name=hc.runtime.choices.get("model"))
+    if hc.mode == RunMode.MULTIRUN:
+        _SESSION.sweep_dir = Path(hc.sweep.dir)
+    report = run(v, out, model_name=hc.runtime.choices.get("model"))
+    _SESSION.jobs.append((list(hc.overrides.task), report))
     inv = report["invariance"]
     if v.run.mode.name == "bi" and inv is not None and not inv["passed"]:
-        _FAILED.append(f"invariance check failed in {hc.runtime.output_dir}")
+        _SESSION.failed.append(f"invariance check failed in {out}")
     return float(report["summary"]["tokens_per_s"])
 
 
+def _discard_output_dir(path: Path) -> None:
+    """Remove what Hydra wrote for a rejected job (`.hydra/`, the job log) and empty parents."""
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if isinstance(h, logging.FileHandler) and Path(h.baseFilename).parent == path:
+            root.removeHandler(h)
+            h.close()
+    shutil.rmtree(path / ".hydra", ignore_errors=True)
+    for log in path.glob("*.log"):
+        log.unlink()
+    # Only directories that are now empty go: the job's, then (inside the working directory
+    # only) Hydra's date folder above it.
+    try:
+        path.rmdir()
+        if Path.cwd().resolve() in path.parent.resolve().parents:
+            path.parent.rmdir()
+    except OSError:
+        pass
+
+
+def _label_jobs(jobs: list[tuple[list[str], dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each job named by the overrides that vary across the sweep (the common ones dropped)."""
+    common = set.intersection(*(set(ov) for ov, _ in jobs))
+    return [(" ".join(o for o in ov if o not in common) or "(defaults)", r) for ov, r in jobs]
+
+
 def main() -> None:
-    """Console entry point: Hydra CLI; exit status 1 if a mode=bi invariance check failed."""
-    _FAILED.clear()
+    """Console entry point: Hydra CLI; exit status 1 if a config was rejected or a mode=bi
+    invariance check failed. A `-m` sweep ends with a summary across its jobs."""
+    _SESSION.failed.clear()
+    _SESSION.jobs.clear()
+    _SESSION.sweep_dir = None
     _hydra_main()
-    if _FAILED:
-        for line in _FAILED:
-            print(line, file=sys.stderr)
+    if _SESSION.sweep_dir is not None and _SESSION.jobs:
+        console = Console()
+        jobs = _label_jobs(_SESSION.jobs)
+        rep.print_sweep_table(jobs, console)
+        rep.write_sweep(jobs, _SESSION.sweep_dir)
+        console.print(f"sweep summary written to {_SESSION.sweep_dir}")
+    if _SESSION.failed:
+        for line in _SESSION.failed:
+            if line:
+                print(line, file=sys.stderr)
         sys.exit(1)
 
 

@@ -1,10 +1,14 @@
-"""Structured configs of the ds41 runner and `compose()`.
+"""The Hydra app's schema: structured configs of the ds41 runner and `compose()`.
 
-Every group option (`kv_dtype/`, `mode/`, `graph/`, `workload/`) merges into a typed node of
-`RunConfig`, so omegaconf rejects a wrongly typed value; `validate()` then instantiates the
-dataclasses, whose `__post_init__` checks ranges and choices, and builds the model helper's
-`ModelConfig` from the `model` node. `compose()` runs both, so a bad config fails at compose
-time with a message naming the field.
+The model's own geometry is `ds41_runner.model.config.ModelConfig`; this module holds the run
+(the model node, cache formats, mode, graphs, workload, cache geometry). Every group option
+(`kv_dtype/`, `mode/`, `graph/`, `workload/`) merges into a typed node of `RunConfig`, so
+omegaconf rejects a wrongly typed value; `validate()` then instantiates the
+dataclasses, whose `__post_init__` checks ranges and choices, rejects keys the schema does not
+know, builds the model's `ModelConfig` from the `model` node, checks the cache geometry against
+the model (page size vs compress ratios) and estimates the cache bytes against the device's
+memory. `compose()` runs both, so a bad config fails at compose time with a message naming the
+field and the expected value, before any tensor is allocated.
 
 Configs live in the top-level `configs/` of the repository. When that directory cannot be found
 (the package installed elsewhere) the same options are served from Hydra's ConfigStore.
@@ -13,7 +17,9 @@ Configs live in the top-level `configs/` of the repository. When that directory 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -207,12 +213,32 @@ def build_model_config(node: Any) -> ModelConfig:
     unknown = sorted(k for k in data if k not in known)
     if unknown:
         raise ValueError(f"model has unknown fields {unknown}; ModelConfig fields: {sorted(known)}")
-    if preset is not None:
-        cfg = dataclasses.replace(ModelConfig.preset(str(preset)), **data)
-    else:
-        cfg = ModelConfig(**data)
-    cfg.validate()
+    for name in _TUPLE_FIELDS:
+        if name in data:
+            data[name] = _int_list(f"model.{name}", data[name])
+    try:
+        if preset is not None:
+            cfg = dataclasses.replace(ModelConfig.preset(str(preset)), **data)
+        else:
+            cfg = ModelConfig(**data)
+        cfg.validate()
+    except ValueError as exc:
+        msg = str(exc)
+        raise ValueError(msg if msg.startswith("model") else f"model.{msg}") from None
     return cfg
+
+
+_TUPLE_FIELDS = ("compress_ratios", "kv_source_layer_ids", "index_source_layer_ids")
+
+
+def _int_list(name: str, value: Any) -> list[int]:
+    """A list of ints from a config value; ValueError naming `name` otherwise."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"{name} must be a list of ints (e.g. [2, 5]), got {value!r}")
+    bad = [x for x in value if isinstance(x, bool) or not isinstance(x, int)]
+    if bad:
+        raise ValueError(f"{name} must be a list of ints (e.g. [2, 5]), got {list(value)!r}")
+    return [int(x) for x in value]
 
 
 def _field_names(cls: Any) -> set[str]:
@@ -228,23 +254,115 @@ class Validated:
 
 
 def validate(cfg: DictConfig) -> Validated:
-    """Instantiate (running every `__post_init__` check) and build the ModelConfig."""
+    """Check a composed config completely; raise ValueError/TypeError naming the field.
+
+    Rejects keys the schema does not know (`+foo=1`), instantiates the dataclasses (running
+    every `__post_init__` check), builds the ModelConfig, checks the cache geometry against it
+    and estimates the cache's bytes against the device's memory (`check_cache_memory`).
+    """
+    unknown = unknown_keys(cfg, RunConfig)
+    if unknown:
+        raise ValueError(
+            f"unknown config keys {unknown}; the schema (RunConfig) has "
+            f"{sorted(_field_names(RunConfig))}"
+        )
     run = OmegaConf.to_object(cfg)
     if not isinstance(run, RunConfig):
         raise TypeError(f"config must be a RunConfig node, got {type(run).__name__}")
     model = build_model_config(cfg.model)
-    bad = sorted({m for m in model.compress_ratios if m > 0 and run.page_size % m})
-    if run.prefix_cache and bad:
+    # Every kv-source compressor writes whole groups into a page (KVState, SPEC section 5) and a
+    # cached prefix ends on a page boundary, so the page size must be a multiple of each ratio
+    # in use, whether or not the prefix cache is on.
+    bad = [m for m in model.ratios_in_use if run.page_size % m]
+    if bad:
+        lcm = math.lcm(*model.ratios_in_use)
         raise ValueError(
-            f"page_size must be a multiple of every compress ratio {bad} while prefix_cache is "
-            f"on (a cached prefix must not split a compressor group), got {run.page_size}"
+            f"page_size must be a multiple of every compress ratio in use "
+            f"{list(model.ratios_in_use)} (e.g. {lcm * max(1, run.page_size // lcm)}), "
+            f"got {run.page_size}"
         )
     if run.max_tokens_per_request > model.max_position:
         raise ValueError(
             f"max_tokens_per_request must be <= model.max_position = {model.max_position}, "
             f"got {run.max_tokens_per_request}"
         )
+    check_cache_memory(run, model)
     return Validated(run, model)
+
+
+def unknown_keys(node: Any, schema: type) -> list[str]:
+    """Dotted names of the keys of `node` that the dataclass `schema` (recursively) lacks.
+
+    Hydra's `+key=value` appends keys that the structured schema would otherwise drop without a
+    word; `model` is an open mapping checked by `build_model_config`, `hydra` is Hydra's own.
+    """
+    if not isinstance(node, DictConfig):
+        return []
+    hints = typing.get_type_hints(schema)
+    out: list[str] = []
+    for key in node:
+        name = str(key)
+        if name == "hydra" and schema is RunConfig:
+            continue
+        if name not in hints:
+            out.append(name)
+            continue
+        sub = hints[name]
+        if dataclasses.is_dataclass(sub) and isinstance(sub, type):
+            out += [f"{name}.{k}" for k in unknown_keys(node.get(name), sub)]
+    return sorted(out)
+
+
+def cache_bytes(run: RunConfig, model: ModelConfig) -> int:
+    """Bytes the paged caches of `KVState` allocate for this run (all layers, all kinds).
+
+    Per page: one window cache per layer, and per kv-source layer its compressed cache and its
+    index-key cache, each page padded to `PAGE_ALIGN` bytes (SPEC section 4).
+    """
+    from ds41_cache.formats import row_layout
+    from ds41_cache.paged import default_page_stride
+
+    from .model.kv import COMPRESSED_FORMAT, INDEX_KEY_FORMAT, WINDOW_FORMAT
+
+    kv = resolve_kv_dtype(run.kv_dtype.name, run.mode.name)
+
+    def page(fmt: str, dim: int) -> int:
+        return default_page_stride(row_layout(fmt, dim), run.page_size)
+
+    per_page = model.n_layers * page(WINDOW_FORMAT[kv], model.head_dim)
+    per_page += len(model.kv_source_layer_ids) * (
+        page(COMPRESSED_FORMAT[kv], model.head_dim) + page(INDEX_KEY_FORMAT, model.index_head_dim)
+    )
+    return per_page * run.num_pages
+
+
+def device_memory_bytes(device: str) -> tuple[str, int]:
+    """(resolved device name, its total memory in bytes) for `device` in DEVICES."""
+    import torch
+
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        if torch.cuda.is_available():
+            return "cuda", int(torch.cuda.get_device_properties(0).total_memory)
+        return "cuda", 0  # resolve_device names the problem when the engine is built
+    return "cpu", int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+
+
+def check_cache_memory(run: RunConfig, model: ModelConfig) -> None:
+    """Refuse a cache geometry whose pages alone exceed the device's memory (names num_pages)."""
+    need = cache_bytes(run, model)
+    where, have = device_memory_bytes(run.device)
+    if have <= 0 or need <= have:
+        return
+    per_page = need // run.num_pages
+    raise ValueError(
+        f"num_pages = {run.num_pages} needs {_gib(need)} of paged cache ({per_page} bytes per "
+        f"page of {run.page_size} tokens over {model.n_layers} layers), more than the {where} "
+        f"memory of {_gib(have)}: num_pages must be <= {have // per_page}"
+    )
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
 
 
 # ---------------------------------------------------------------------------------------------
