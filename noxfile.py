@@ -213,7 +213,7 @@ README_MARKED = re.compile(r"^<!-- example: run -->\s*\n```python\n(.*?)^```", r
 README_FIRST = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 # READMEs whose python blocks are signatures, not runnable code (until their owners mark a
 # runnable example): the wheel is still installed alone and imported, and the log says so.
-EXAMPLE_PENDING = {"ds41-indexer", "ds41-attention"}
+EXAMPLE_PENDING: set[str] = set()
 
 
 def _readme_example(dist: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import RunConfig, compose, validate
+from .app_config import RunConfig, compose, validate
 from .engine import Engine, EngineStats, Result
 
 __all__ = ["Engine", "EngineStats", "KVState", "Model", "ModelConfig", "Result", "RunConfig",

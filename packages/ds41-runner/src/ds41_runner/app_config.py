@@ -70,15 +70,15 @@ class ModeConfig:
 
 @dataclass
 class GraphConfig:
-    """`cuda_graph` captures decode-only steps for each batch size of the ladder."""
+    """`cuda_graph` captures one whole-step graph per bucket of rows (`batch_sizes`; empty =
+    `ds41_runner.engine.default_buckets(chunk_size)`: 1, 2, 4 .. 512, then multiples of 256 up
+    to the token budget); any mix of prefill and decode rows up to a bucket replays it."""
 
     name: str = "eager"
-    batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    batch_sizes: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _choice("graph.name", self.name, GRAPHS)
-        if not self.batch_sizes:
-            raise ValueError("graph.batch_sizes must not be empty")
         for b in self.batch_sizes:
             _positive("graph.batch_sizes[*]", b)
         if list(self.batch_sizes) != sorted(set(self.batch_sizes)):
@@ -156,6 +156,8 @@ class RunConfig:
     max_requests: int = 16
     max_tokens_per_request: int = 512
     prefix_cache: bool = True
+    overlap: bool = True
+    """Plan and launch step n+1 while the device runs step n (results one step later)."""
     check_invariance: bool = True
     plot: bool = True
     progress: bool = True

@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 
 from ds41_cache.backend import canonical_device
 
-from ..config import RunConfig, Validated, resolve_kv_dtype, validate
+from ..app_config import RunConfig, Validated, resolve_kv_dtype, validate
 from .graphs import Launched, StepKV, StepModel, StepRunner, default_buckets
 from .prefix_cache import PrefixCache
 from .request import FinishReason, Request, RequestOutput, Result, SamplingParams, Status
