@@ -4,7 +4,7 @@ Formats (SPEC section 4), paged layout, quantize/dequantize, RoPE + quantize + i
 gather + decode, the compressor (SPEC section 5) and `sparse_paged_indices` (SPEC section 7).
 """
 
-from .alloc import empty, poisoned_allocations
+from .outputs import empty, poisoned_allocations
 from .allocator import CacheFullError, PageAllocator
 from .backend import Backend, resolve_backend
 from .codec import decode, encode, quantize_dequantize

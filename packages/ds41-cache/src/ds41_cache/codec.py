@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .alloc import empty
+from .outputs import empty
 from .backend import resolve_backend
 from .formats import check_format, row_layout
 from .ops.codec import naive

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .alloc import empty
+from .outputs import empty
 
 SUPPORTED_RATIOS: tuple[int, ...] = (1, 2)
 """Compress ratios whose arithmetic is validated (V4.1 uses 1 and 2)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .alloc import empty
+from .outputs import empty
 from .backend import resolve_backend
 from .codec import require_finite
 from .paged import PagedCache

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ...alloc import empty
+from ...outputs import empty
 
 
 @triton.jit
