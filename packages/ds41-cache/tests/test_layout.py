@@ -92,10 +92,10 @@ def test_views_address_the_documented_bytes(fmt: str, page_stride: int | None) -
 def test_paged_cache_validation() -> None:
     layout = row_layout("mxfp8", 64)
     ok = torch.zeros(2, 512, dtype=torch.uint8)
-    with pytest.raises(ValueError, match="page_size must be positive"):
+    with pytest.raises(ValueError, match="page_size must be a positive int"):
         PagedCache("mxfp8", 64, 0, 2, 512, ok)
     with pytest.raises(
-        ValueError, match=f"page_stride must be >= .* = {8 * layout.bytes_per_token}"
+        ValueError, match=f"page_stride must be an int >= .* = {8 * layout.bytes_per_token}"
     ):
         PagedCache("mxfp8", 64, 8, 2, 512, ok)
     with pytest.raises(ValueError, match="multiple of 16"):

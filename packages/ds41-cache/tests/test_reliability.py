@@ -290,9 +290,8 @@ def test_handle_holds_survive_sharing() -> None:
 @pytest.mark.parametrize(
     "change,match",
     [
-        ({"num_pages": -1}, "num_pages must be a positive int"),
-        ({"num_pages": 0}, "num_pages must be a positive int"),
-        ({"num_pages": 2.0}, "num_pages must be a positive int"),
+        ({"num_pages": -1}, "num_pages must be an int >= 0"),
+        ({"num_pages": 2.0}, "num_pages must be an int >= 0"),
         ({"page_size": 0}, "page_size must be a positive int"),
         ({"page_size": 1.5}, "page_size must be a positive int"),
         ({"dim": 48}, "dim must be a positive multiple of 32"),

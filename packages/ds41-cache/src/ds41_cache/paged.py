@@ -20,6 +20,30 @@ def default_page_stride(layout: RowLayout, page_size: int) -> int:
     return -(-raw // PAGE_ALIGN) * PAGE_ALIGN
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_geometry(
+    fmt: str, dim: object, page_size: object, num_pages: object, page_stride: object
+) -> RowLayout:
+    """Named errors for the arguments that shape a cache, before anything is allocated."""
+    if not _is_int(dim):
+        raise ValueError(f"dim must be a positive multiple of 32 (an int), got {dim!r}")
+    layout = row_layout(fmt, dim)  # type: ignore[arg-type]
+    if not _is_int(page_size) or page_size <= 0:  # type: ignore[operator]
+        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+    if not _is_int(num_pages) or num_pages < 0:  # type: ignore[operator]
+        raise ValueError(f"num_pages must be an int >= 0, got {num_pages!r}")
+    need = page_size * layout.bytes_per_token  # type: ignore[operator]
+    if not _is_int(page_stride) or page_stride < need or page_stride % 16:  # type: ignore[operator]
+        raise ValueError(
+            f"page_stride must be an int >= page_size * bytes_per_token = {need} and a "
+            f"multiple of 16 bytes, got {page_stride!r}"
+        )
+    return layout
+
+
 @dataclass
 class PagedCache:
     """`storage: uint8 [num_pages, page_stride]` holding `num_pages * page_size` token slots."""
@@ -33,16 +57,9 @@ class PagedCache:
     layout: RowLayout = field(init=False)
 
     def __post_init__(self) -> None:
-        self.layout = row_layout(self.fmt, self.dim)
-        if self.page_size <= 0:
-            raise ValueError(f"page_size must be positive, got {self.page_size}")
-        if self.page_stride < self.page_size * self.layout.bytes_per_token:
-            raise ValueError(
-                f"page_stride must be >= page_size * bytes_per_token = "
-                f"{self.page_size * self.layout.bytes_per_token}, got {self.page_stride}"
-            )
-        if self.page_stride % 16:
-            raise ValueError(f"page_stride must be a multiple of 16 bytes, got {self.page_stride}")
+        self.layout = _check_geometry(
+            self.fmt, self.dim, self.page_size, self.num_pages, self.page_stride
+        )
         expected = (self.num_pages, self.page_stride)
         if self.storage.dtype != torch.uint8 or tuple(self.storage.shape) != expected:
             raise ValueError(
@@ -63,9 +80,19 @@ class PagedCache:
         page_stride: int | None = None,
         device: torch.device | str = "cpu",
     ) -> PagedCache:
-        """Zero-filled storage for `num_pages` pages (padding bytes stay zero)."""
+        """Zero-filled storage for `num_pages` pages (padding bytes stay zero).
+
+        `dim`: a positive multiple of 32; `page_size`: a positive int; `num_pages`: an int >= 0;
+        `page_stride`: an int >= page_size * bytes_per_token, a multiple of 16 (default: the
+        smallest multiple of 512 that holds the page). Bad values raise ValueError naming them.
+        """
+        if not _is_int(page_size) or page_size <= 0:
+            raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+        if not _is_int(dim):
+            raise ValueError(f"dim must be a positive multiple of 32 (an int), got {dim!r}")
         layout = row_layout(fmt, dim)
         stride = default_page_stride(layout, page_size) if page_stride is None else page_stride
+        _check_geometry(fmt, dim, page_size, num_pages, stride)
         storage = torch.zeros((num_pages, stride), dtype=torch.uint8, device=device)
         return cls(fmt, dim, page_size, num_pages, stride, storage)
 
