@@ -19,18 +19,33 @@ from ds41_cache.indices import sparse_paged_indices
 from ds41_cache.insert import gather, insert
 from ds41_cache.paged import PagedCache, default_page_stride
 from ds41_cache.rope import RopeConfig, rope_freqs
+from ds41_cache.testing import triton_device
 
-BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.interpreter)]
+BACKENDS = [
+    "torch",
+    pytest.param("triton", marks=pytest.mark.interpreter),  # on CUDA when present
+    pytest.param("cuda", marks=pytest.mark.gpu),
+]
 BF16_MAX = torch.finfo(torch.bfloat16).max  # (2 - 2^-7) * 2^127
 POISON = 0xA5
 PAGE, PAGES, GUARD = 4, 3, 2
 
 
-def guarded_cache(fmt: str, dim: int) -> tuple[PagedCache, torch.Tensor]:
+def where(backend: str) -> tuple[torch.device, str]:
+    """(device, backend argument) of a BACKENDS entry: Triton runs on CUDA when present (else
+    under the interpreter), "cuda" is the Triton path on the GPU."""
+    if backend == "torch":
+        return torch.device("cpu"), "torch"
+    return triton_device() if backend == "triton" else torch.device("cuda"), "triton"
+
+
+def guarded_cache(
+    fmt: str, dim: int, dev: torch.device | str = "cpu"
+) -> tuple[PagedCache, torch.Tensor]:
     """A poisoned cache whose storage is the first PAGES rows of a larger buffer: bytes a kernel
     writes or reads past the cache land in the GUARD pages after it, where a test sees them."""
     stride = default_page_stride(row_layout(fmt, dim), PAGE)
-    buf = torch.full((PAGES + GUARD, stride), POISON, dtype=torch.uint8)
+    buf = torch.full((PAGES + GUARD, stride), POISON, dtype=torch.uint8, device=dev)
     return PagedCache(fmt, dim, PAGE, PAGES, stride, buf[:PAGES]), buf
 
 
@@ -48,12 +63,15 @@ FREQS = rope_freqs(RopeConfig(16, 160000.0))
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_insert_rejects_nonfinite_freqs(backend: str, bad: float) -> None:
-    cache, buf = guarded_cache("mxfp8", 64)
+    dev, be = where(backend)
+    cache, buf = guarded_cache("mxfp8", 64, dev)
     x, slots, pos = rows(3, 64, 0), torch.tensor([0, 5, 7]), torch.tensor([1, 2, 3])
     freqs = FREQS.clone()
     freqs[2] = bad
     with pytest.raises(ValueError, match="freqs must be finite"):
-        insert(cache, x, slots, positions=pos, freqs=freqs, backend=backend)
+        insert(
+            cache, x.to(dev), slots.to(dev), positions=pos.to(dev), freqs=freqs.to(dev), backend=be
+        )
     assert bool((buf == POISON).all())
 
 
@@ -62,36 +80,38 @@ def test_insert_rejects_nonfinite_freqs(backend: str, bad: float) -> None:
 def test_insert_checks_the_rotated_values(backend: str, dtype: torch.dtype) -> None:
     """Finite rows near the bf16 maximum overflow in the fp32 rotation (|x0*s + x1*c| can
     reach sqrt(2) |x|): the check applies to what would be quantized, after RoPE."""
-    cache, buf = guarded_cache("mxfp8", 64)
+    dev, be = where(backend)
+    cache, buf = guarded_cache("mxfp8", 64, dev)
     x = rows(3, 64, 1, dtype)
     x[1, -16:] = 3.3e38  # every rope pair (x0, x1) = (3.3e38, 3.3e38)
-    pos = torch.tensor([0, 7, 3])
+    x, pos, slots = x.to(dev), torch.tensor([0, 7, 3], device=dev), torch.tensor([0, 5, 7]).to(dev)
     with pytest.raises(ValueError, match="after RoPE"):
-        insert(cache, x, torch.tensor([0, 5, 7]), positions=pos, freqs=FREQS, backend=backend)
+        insert(cache, x, slots, positions=pos, freqs=FREQS.to(dev), backend=be)
     assert bool((buf == POISON).all())
     # Without RoPE the same finite row is range-checked as it is (it would decode to inf)
     with pytest.raises(ValueError, match="decode to inf"):
-        insert(cache, x, torch.tensor([0, 5, 7]), backend=backend)
+        insert(cache, x, slots, backend=be)
     assert bool((buf == POISON).all())
 
 
 # ------------------------------------------------------------------ 2. compressor finiteness
 
 
-def _compressor_step(ratio: int) -> tuple[Compressor, dict]:
-    comp = Compressor(ratio, 32, max_requests=2)
+def _compressor_step(ratio: int, dev: str = "cpu") -> tuple[Compressor, dict]:
+    comp = Compressor(ratio, 32, max_requests=2, device=dev)
     g = torch.Generator().manual_seed(3)
     t = 4
+    i32 = {"dtype": torch.int32, "device": dev}
     args = {
-        "kv": torch.randn(t, 32, generator=g),
-        "score": torch.randn(t, 32, generator=g) if ratio == 2 else None,
-        "req_idx": torch.tensor([0, 0, 1, -1], dtype=torch.int32),
-        "pos": torch.tensor([0, 1, 0, 0], dtype=torch.int32),
-        "norm_weight": torch.ones(32),
+        "kv": torch.randn(t, 32, generator=g).to(dev),
+        "score": torch.randn(t, 32, generator=g).to(dev) if ratio == 2 else None,
+        "req_idx": torch.tensor([0, 0, 1, -1], **i32),
+        "pos": torch.tensor([0, 1, 0, 0], **i32),
+        "norm_weight": torch.ones(32, device=dev),
         "eps": 1e-6,
     }
     # one earlier step so the ring holds data that an error must leave alone
-    comp(**{**args, "pos": torch.tensor([8, 9, 8, 0], dtype=torch.int32)})
+    comp(**{**args, "pos": torch.tensor([8, 9, 8, 0], **i32)})
     return comp, args
 
 
@@ -122,7 +142,7 @@ def test_compressor_rejects_nonfinite_inputs(
     if row is not None:
         pad = args[name].clone()
         pad[3] = value
-        latent, emit, _ = comp(**{**args, name: pad})
+        latent, _, _ = comp(**{**args, name: pad})
         assert bool(torch.isfinite(latent.float()).all())
 
 
@@ -150,12 +170,13 @@ def test_load_state_rejects_nonfinite_snapshot() -> None:
     assert torch.equal(comp.state, before)
 
 
-def test_compressor_without_validation_ignores_out_of_range_requests() -> None:
+@pytest.mark.parametrize("dev", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_compressor_without_validation_ignores_out_of_range_requests(dev: str) -> None:
     """validate=False: a req_idx outside [-1, max_requests) is treated as padding (no write,
-    no emit) instead of indexing past the ring."""
-    comp, args = _compressor_step(2)
+    no emit) instead of indexing past the ring (a device-side assert on CUDA)."""
+    comp, args = _compressor_step(2, dev)
     before = comp.state.clone()
-    req = torch.tensor([5, 5, 2, -9], dtype=torch.int32)
+    req = torch.tensor([5, 5, 2, -9], dtype=torch.int32, device=dev)
     latent, emit, entry = comp(**{**args, "req_idx": req}, validate=False)
     assert torch.equal(comp.state, before)
     assert not bool(emit.any()) and bool((entry == -1).all())
@@ -181,29 +202,32 @@ def test_compressor_without_validation_ignores_out_of_range_requests() -> None:
 def test_near_max_values_are_rejected_or_saturated(
     backend: str, fmt: str, value: float, saturated: float
 ) -> None:
+    dev, be = where(backend)
     x = rows(2, 64, 4)
     x[1, 3] = value
     x[1, 40] = -value
     with pytest.raises(ValueError, match="decode to inf"):
-        encode(fmt, x, backend=backend)
+        encode(fmt, x.to(dev), backend=be)
     with pytest.raises(ValueError, match="decode to inf"):
-        quantize_dequantize(fmt, x, backend=backend)
-    data, scales = encode(fmt, x, backend=backend, check_finite=False)
+        quantize_dequantize(fmt, x.to(dev), backend=be)
+    data, scales = encode(fmt, x.to(dev), backend=be, check_finite=False)
     ref = encode(fmt, x, backend="torch", check_finite=False)
-    assert torch.equal(data, ref[0]) and torch.equal(scales, ref[1])
-    y = decode(fmt, data, scales, backend=backend).float()
+    assert torch.equal(data.cpu(), ref[0]) and torch.equal(scales.cpu(), ref[1])
+    y = decode(fmt, data, scales, backend=be).float().cpu()
     assert bool(torch.isfinite(y).all())
     assert float(y[1, 3]) == saturated and float(y[1, 40]) == -saturated
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bf16_format_rejects_fp32_beyond_the_bf16_range(backend: str) -> None:
+    dev, be = where(backend)
     x = rows(1, 32, 5, torch.float32)
     x[0, 0] = 3.399e38  # rounds to inf in bf16
+    x = x.to(dev)
     with pytest.raises(ValueError, match="decode to inf"):
-        encode("bf16", x, backend=backend)
-    data, scales = encode("bf16", x, backend=backend, check_finite=False)
-    y = decode("bf16", data, scales, backend=backend)
+        encode("bf16", x, backend=be)
+    data, scales = encode("bf16", x, backend=be, check_finite=False)
+    y = decode("bf16", data, scales, backend=be).cpu()
     assert float(y[0, 0]) == BF16_MAX
 
 
@@ -216,9 +240,10 @@ def test_values_just_below_the_limits_are_exact_to_the_spec_rule(backend: str) -
         ("mxfp4", 1.7421875 * 2.0**127, 3 * 2.0**126),  # e = 126, x * 2^-126 = 3.48: code 3
         ("mxfp4", 1.5 * 2.0**127, 1.5 * 2.0**127),  # amax / 6 = 2^125: e = 125, code 6
     ):
+        dev, be = where(backend)
         x = rows(1, 64, 6)
         x[0, 0] = value
-        y = quantize_dequantize(fmt, x, backend=backend).float()
+        y = quantize_dequantize(fmt, x.to(dev), backend=be).float().cpu()
         assert bool(torch.isfinite(y).all())
         assert float(y[0, 0]) == want, fmt
 
@@ -244,7 +269,7 @@ def test_ensure_accepts_int_like_token_counts() -> None:
 def test_decref_refuses_request_mappings() -> None:
     a = PageAllocator(num_pages=4, page_size=4, max_requests=2, max_pages_per_request=4)
     a.ensure(0, 8)
-    with pytest.raises(ValueError, match="page 1 .*no handle hold"):
+    with pytest.raises(ValueError, match=r"page 1 .*no handle hold"):
         a.decref(1)
     assert a.refcount(1) == 1 and a.num_free == 2
     a.ensure(1, 8)
@@ -252,7 +277,7 @@ def test_decref_refuses_request_mappings() -> None:
     # a handle hold can be dropped, once; the request's own hold stays
     a.incref(0)
     a.decref(0)
-    with pytest.raises(ValueError, match="page 0 .*no handle hold"):
+    with pytest.raises(ValueError, match=r"page 0 .*no handle hold"):
         a.decref(0)
     assert a.refcount(0) == 1
     # after the request lets go, the handle is the last holder and decref frees the page
@@ -324,22 +349,24 @@ def test_compressor_constructor_names_bad_arguments(args: tuple, match: str) -> 
 
 def _indices(
     backend: str, table: torch.Tensor, comp_table: torch.Tensor, validate: bool
-) -> tuple:
-    i32 = torch.int32
-    return sparse_paged_indices(
-        torch.tensor([0, 1], dtype=i32),
-        torch.tensor([6, 3], dtype=i32),
-        table,
+) -> list[list[int]]:
+    dev, be = where(backend)
+    i32 = {"dtype": torch.int32, "device": dev}
+    out = sparse_paged_indices(
+        torch.tensor([0, 1], **i32),
+        torch.tensor([6, 3], **i32),
+        table.to(dev),
         4,
-        torch.zeros(2, dtype=i32),
-        torch.tensor([[0, 1], [1, 0]], dtype=i32),
-        comp_table,
+        torch.zeros(2, **i32),
+        torch.tensor([[0, 1], [1, 0]], **i32),
+        comp_table.to(dev),
         2,
         swa_page_size=4,
         comp_page_size=1,
-        backend=backend,  # type: ignore[arg-type]
+        backend=be,  # type: ignore[arg-type]
         validate=validate,
     )
+    return [t.tolist() for t in out if t is not None]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -355,13 +382,10 @@ def test_indices_missing_page_one_behaviour(backend: str) -> None:
         with pytest.raises(IndexError, match="needs a page"):
             _indices(backend, *bad, True)
     swa, swa_len, comp, comp_len = _indices(backend, table, comp_table, False)
-    assert swa.tolist() == [[11, -1, -1, -1], [0, 1, 2, 3]]
-    assert swa_len.tolist() == [4, 4]
-    assert comp is not None and comp_len is not None
-    assert comp.tolist() == [[0, -1], [3, -1]] and comp_len.tolist() == [2, 2]
+    assert swa == [[11, -1, -1, -1], [0, 1, 2, 3]] and swa_len == [4, 4]
+    assert comp == [[0, -1], [3, -1]] and comp_len == [2, 2]
     swa, _, comp, _ = _indices(backend, ok_table, ok_comp, True)
-    assert swa.tolist() == [[11, 12, 13, 14], [0, 1, 2, 3]]
-    assert comp is not None and comp.tolist() == [[0, 1], [3, 2]]
+    assert swa == [[11, 12, 13, 14], [0, 1, 2, 3]] and comp == [[0, 1], [3, 2]]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -369,19 +393,21 @@ def test_indices_missing_page_one_behaviour(backend: str) -> None:
 def test_unvalidated_out_of_range_slots_stay_inside_the_cache(backend: str, fmt: str) -> None:
     """validate=False: slots outside [-1, num_slots) are skipped by insert and read as zeros by
     gather, like -1; nothing outside the cache's storage is read or written."""
-    cache, buf = guarded_cache(fmt, 64)
+    dev, be = where(backend)
+    cache, buf = guarded_cache(fmt, 64, dev)
     x = rows(4, 64, 7)
     n = cache.num_slots
     slots = torch.tensor([n, 3, n + PAGE + 1, -5])
-    insert(cache, x, slots, backend=backend, validate=False)
+    insert(cache, x.to(dev), slots.to(dev), backend=be, validate=False)
     assert bool((buf[PAGES:] == POISON).all())  # guard pages untouched
     ref, _ = guarded_cache(fmt, 64)
     insert(ref, x[1:2], torch.tensor([3]), backend="torch")
-    assert torch.equal(cache.storage, ref.storage)
+    assert torch.equal(cache.storage.cpu(), ref.storage)
     # data in the guard that a stray read would decode
-    d, s = encode(fmt, x[:1], backend="torch")
-    buf[PAGES, : d.shape[1]] = d[0]
-    out = gather(cache, torch.tensor([n, 3, -4, n + 2 * PAGE - 1]), backend=backend, validate=False)
+    d, _ = encode(fmt, x[:1], backend="torch")
+    buf[PAGES, : d.shape[1]] = d[0].to(dev)
+    read = torch.tensor([n, 3, -4, n + 2 * PAGE - 1], device=dev)
+    out = gather(cache, read, backend=be, validate=False).cpu()
     assert bool((out[[0, 2, 3]].float() == 0).all())
     assert torch.equal(out[1], gather(ref, torch.tensor([3]), backend="torch")[0])
 

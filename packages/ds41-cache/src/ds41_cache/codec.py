@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from .outputs import empty
 from .backend import resolve_backend
 from .formats import check_format, row_layout
 from .ops.codec import naive
+from .outputs import empty
 
 _FLOAT_INPUTS = (torch.float32, torch.bfloat16)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from .outputs import empty
 from .backend import resolve_backend
 from .codec import require_encodable, require_finite
+from .outputs import empty
 from .paged import PagedCache
 from .rope import apply_rope, rope_cos_sin
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from .outputs import poisoned_allocations
 from .backend import interpreter_active
+from .outputs import poisoned_allocations
 
 
 def pytest_configure(config: pytest.Config) -> None:
