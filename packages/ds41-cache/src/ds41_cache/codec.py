@@ -32,7 +32,7 @@ def require_finite(x: torch.Tensor, name: str = "x") -> None:
     if bool(bad.any()):
         first = [int(i) for i in bad.nonzero()[0]]
         raise ValueError(
-            f"{name} must be finite (to be quantized); found {int(bad.sum())} NaN/inf values "
+            f"{name} must be finite; found {int(bad.sum())} NaN/inf values "
             f"(first at index {first}: {x[tuple(first)].item()})"
         )
 

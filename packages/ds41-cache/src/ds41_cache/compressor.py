@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from .codec import require_finite
 from .outputs import empty
 
 SUPPORTED_RATIOS: tuple[int, ...] = (1, 2)
@@ -31,17 +32,6 @@ _POS_BITS = 31
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _require_finite(x: torch.Tensor, name: str, what: str = "") -> None:
-    """ValueError naming `name` and the first non-finite element (host sync)."""
-    bad = ~torch.isfinite(x)
-    if bool(bad.any()):
-        first = [int(i) for i in bad.nonzero()[0]]
-        raise ValueError(
-            f"{name} must be finite{what}; found {int(bad.sum())} NaN/inf values (first at "
-            f"index {first}: {x[tuple(first)].item()}); nothing was changed"
-        )
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -147,7 +137,7 @@ class Compressor:
             raise ValueError(f"snapshot is on {snapshot.device}, the compressor on {self.device}")
         # A ring row is a later call's partner: a NaN there would reach a latent (host sync;
         # prefix-cache restores are not graph-captured).
-        _require_finite(snapshot, "snapshot")
+        require_finite(snapshot, "snapshot")
         self.state[req].copy_(snapshot)
 
     # ----------------------------------------------------------------- forward
@@ -206,9 +196,7 @@ class Compressor:
             )
             values = rms_norm(values.to(torch.bfloat16), norm_weight, eps)
         if validate:
-            _require_finite(
-                values[emits], "latent", " (finite inputs overflowed: kv beyond the bf16 range?)"
-            )
+            require_finite(values[emits], "latent (from finite inputs: kv beyond the bf16 range?)")
         if ring_write is not None:
             self._ring.index_put_(ring_write[:2], ring_write[2])
         latent.copy_(torch.where(emits[:, None], values, torch.zeros_like(values)))
@@ -328,7 +316,7 @@ class Compressor:
             raise ValueError(f"eps must be a finite number, got {eps!r}")
         # Finiteness (issue 13): a NaN latent or an inf score would go into the ring and from
         # there into prefix-cache snapshots; padding rows are never read, so not checked.
-        _require_finite(kv[valid], "kv", " on non-padding rows")
+        require_finite(kv[valid], "kv on non-padding rows")
         if score is not None:
-            _require_finite(score[valid], "score", " on non-padding rows")
-        _require_finite(norm_weight, "norm_weight")
+            require_finite(score[valid], "score on non-padding rows")
+        require_finite(norm_weight, "norm_weight")

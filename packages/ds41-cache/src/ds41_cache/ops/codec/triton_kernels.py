@@ -97,6 +97,8 @@ def quantize_store(
 
     `data_row` / `scale_row`: [BN] pointers to the first byte of each row's data / scale row;
     `ok`: [BN] rows to write. Unwritten lanes (masked rows, groups past D) are left untouched.
+    Finite inputs always give finite records: blocks at the one exponent where SPEC section 4's
+    codes could decode past the bf16 maximum get saturated codes, exactly as `naive.py`.
     """
     ce, g = pair_channels(QB, NG)
     m = ok[:, None, None] & (g < NGROUPS)
