@@ -184,7 +184,7 @@ SPECIALS = [
 @st.composite
 def codec_inputs(draw: st.DrawFn) -> np.ndarray:
     """float32 [N, D] rows whose 16-channel groups each follow one of several families."""
-    n = draw(st.integers(1, 6))
+    n = draw(st.integers(1, 4))
     seed = draw(st.integers(0, 2**32 - 1))
     families = draw(st.lists(st.integers(0, 4), min_size=n * D // 16, max_size=n * D // 16))
     rng = np.random.default_rng(seed)
@@ -247,8 +247,9 @@ def test_codecs_match_the_reference_over_the_finite_range(
                 encode(fmt, xt, backend=be)
         else:
             assert np.array_equal(raw_d, want_d) and np.array_equal(raw_s, want_s), fmt
-            checked = encode(fmt, xt, backend=be)
-            assert torch.equal(checked[0], data) and torch.equal(checked[1], scales), fmt
+            if be == "torch":  # the checks run before any kernel: one backend is enough
+                checked = encode(fmt, xt, backend=be)
+                assert torch.equal(checked[0], data) and torch.equal(checked[1], scales), fmt
         y = decode(fmt, data, scales, backend=be).cpu()
         ref = torch.from_numpy(ref_decode(fmt, want_d, want_s)).to(torch.bfloat16)
         assert torch.equal(y.view(torch.int16), ref.view(torch.int16)), fmt

@@ -8,6 +8,7 @@ any larger stride and every kernel must honour it). The slot of position `p` of 
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -21,7 +22,14 @@ def default_page_stride(layout: RowLayout, page_size: int) -> int:
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An int (or an integer type with `__index__`, e.g. numpy's), not a bool or a float."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
 
 
 def _check_geometry(
