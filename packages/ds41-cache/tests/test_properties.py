@@ -1,7 +1,7 @@
 """Property-based tests (Hypothesis; profiles in conftest.py, `HYPOTHESIS_PROFILE=long` to fuzz).
 
 Codecs: every format over the whole finite range (near-max values, subnormals, -0, constant
-blocks), byte-exact against a float64 numpy reference written from SPEC section 4 (plus the
+blocks; sometimes NaN/inf, which the checked encoders reject), byte-exact against a float64 numpy reference written from SPEC section 4 (plus the
 saturation rule of the package README), identical on the torch and Triton paths, and
 `decode(encode(x))` within each format's rounding bound. `sparse_paged_indices`: random page
 tables (with holes), positions, top-k rows and out-of-range inputs, torch vs Triton vs a
@@ -209,6 +209,11 @@ def codec_inputs(draw: st.DrawFn) -> np.ndarray:
     specials = st.tuples(st.integers(0, n * D - 1), st.sampled_from(SPECIALS))
     for pos, val in draw(st.lists(specials, max_size=10)):
         x.flat[pos] = val
+    # sometimes NaN / inf: the checked encoders reject them, the unchecked ones sanitize them
+    nonfinite = st.tuples(st.integers(0, n * D - 1), st.sampled_from([np.nan, np.inf, -np.inf]))
+    if draw(st.integers(0, 3)) == 0:
+        for pos, val in draw(st.lists(nonfinite, min_size=1, max_size=3)):
+            x.flat[pos] = val
     return x.astype(np.float32)
 
 
@@ -216,8 +221,14 @@ def as_input(x: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     """The tensor fed to the codec: bf16 inputs are x rounded to bf16, past-max kept finite."""
     t = torch.from_numpy(x.copy())
     if dtype == torch.bfloat16:
-        t = torch.clamp(t, -BF16_MAX, BF16_MAX).to(torch.bfloat16)
+        t = torch.where(torch.isfinite(t), torch.clamp(t, -BF16_MAX, BF16_MAX), t)
+        t = t.to(torch.bfloat16)
     return t
+
+
+def sanitized(x: np.ndarray) -> np.ndarray:
+    """What the unchecked encoders quantize (README): NaN -> +0, +-inf -> +-fp32 max."""
+    return np.nan_to_num(x, nan=0.0, posinf=F32_MAX, neginf=-F32_MAX).astype(np.float32)
 
 
 # ---------------------------------------------------------------- codec properties
@@ -230,8 +241,8 @@ def test_codecs_match_the_reference_over_the_finite_range(
 ) -> None:
     dev, be = where(backend)
     xt = as_input(x, torch.bfloat16 if bf16 else torch.float32)
-    xf = xt.float().numpy()
-    assert np.isfinite(xf).all()
+    finite = bool(torch.isfinite(xt).all())
+    xf = sanitized(xt.float().numpy())
     xt = xt.to(dev)
     for fmt in FORMATS:
         want_d, want_s = ref_encode(fmt, xf)
@@ -242,7 +253,10 @@ def test_codecs_match_the_reference_over_the_finite_range(
         raw_d, raw_s = ref_encode(fmt, xf, saturate=False)
         with np.errstate(over="ignore"):
             overflows = not np.isfinite(ref_decode(fmt, raw_d, raw_s).astype(np.float32)).all()
-        if overflows:
+        if not finite:
+            with pytest.raises(ValueError, match="must be finite"):
+                encode(fmt, xt, backend=be)
+        elif overflows:
             with pytest.raises(ValueError, match="decode to inf"):
                 encode(fmt, xt, backend=be)
         else:

@@ -424,3 +424,60 @@ def test_output_allocations_live_in_outputs() -> None:
     assert ds41_cache.empty is outputs.empty
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("ds41_cache.alloc")
+
+
+# ------------------------------------------------------------------ unchecked non-finite input
+
+F32_MAX = torch.finfo(torch.float32).max
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_unchecked_nonfinite_values_encode_as_zero_or_saturated(
+    backend: str, dtype: torch.dtype
+) -> None:
+    """check_finite=False: NaN encodes as +0 and +-inf as +-fp32 max (then saturated like any
+    near-max value), identically on every backend: no record decodes to NaN or inf."""
+    dev, be = where(backend)
+    x = rows(3, 64, 8, dtype)
+    x[0, 1], x[0, 40], x[1, 7], x[2, 0:3] = float("nan"), float("inf"), -float("inf"), float("nan")
+    clean = torch.nan_to_num(x.float(), nan=0.0, posinf=F32_MAX, neginf=-F32_MAX)
+    for fmt in ("mxfp8", "nvfp4", "mxfp4", "fp8_index", "bf16"):
+        data, scales = encode(fmt, x.to(dev), backend=be, check_finite=False)
+        want = encode(fmt, clean, backend="torch", check_finite=False)
+        assert torch.equal(data.cpu(), want[0]) and torch.equal(scales.cpu(), want[1]), fmt
+        y = decode(fmt, data, scales, backend=be).float().cpu()
+        assert bool(torch.isfinite(y).all()), fmt
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_unvalidated_insert_of_nonfinite_rows_agrees_across_backends(
+    backend: str, dtype: torch.dtype
+) -> None:
+    """validate=False with NaN freqs or rows that overflow in the rotation: every backend
+    writes the bytes of the torch reference, and they decode to finite values."""
+    dev, be = where(backend)
+    x = rows(4, 64, 9, dtype)
+    x[1, -16:] = 3.3e38  # overflows to inf in the rotation
+    x[2, 5] = float("nan")
+    freqs = FREQS.clone()
+    freqs[3] = float("nan")
+    slots, pos = torch.tensor([0, 5, 7, 9]), torch.tensor([3, 7, 1, 2])
+    cache, _ = guarded_cache("mxfp8", 64, dev)
+    insert(
+        cache,
+        x.to(dev),
+        slots.to(dev),
+        positions=pos.to(dev),
+        freqs=freqs.to(dev),
+        backend=be,
+        validate=False,
+    )
+    # the torch path on the same device (cos/sin tables are per device)
+    ref, _ = guarded_cache("mxfp8", 64, dev)
+    args = (x.to(dev), slots.to(dev))
+    insert(ref, *args, positions=pos.to(dev), freqs=freqs.to(dev), backend="torch", validate=False)
+    assert torch.equal(cache.storage, ref.storage)
+    y = gather(cache, slots.to(dev), backend=be).float()
+    assert bool(torch.isfinite(y).all())

@@ -71,9 +71,9 @@ def encode(
     SPEC section 4 asks. `check_finite=False` skips both: finite inputs then always give
     records that decode to finite values, identical on every backend (the blocks that SPEC's
     rule would overflow get saturated codes: at most 240 * 2^120 for mxfp8/fp8_index,
-    3 * 2^126 for mxfp4, the bf16 maximum for bf16; see the package README), while the bytes
-    of rows holding NaN/inf are unspecified (they may decode to NaN/inf, and may differ between
-    backends).
+    3 * 2^126 for mxfp4, the bf16 maximum for bf16; see the package README), and NaN / +-inf
+    are quantized as +0 / +-fp32 max (`naive.finite_or_saturated`): no record ever decodes to
+    NaN or inf.
     """
     check_format(fmt)
     _check_rows(x)

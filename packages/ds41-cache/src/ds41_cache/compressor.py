@@ -171,7 +171,7 @@ class Compressor:
         neither the ring nor any output is written. `validate=False` skips them all, for
         CUDA-graph capture: a req_idx outside [-1, max_requests) is then treated as padding
         (no ring write, no emit), while non-finite kv/score go into the ring and the latent
-        unchecked (the caller's responsibility).
+        unchecked (the caller's responsibility; `insert` then quantizes NaN as 0).
         """
         self._check_inputs(kv, score, req_idx, pos, norm_weight, eps, validate)
         t = kv.shape[0]

@@ -86,8 +86,8 @@ def insert(
     gives up: a slot outside [-1, num_slots) is skipped like -1 (never written out of
     bounds); duplicate slots leave one of the rows' records (which one is unspecified);
     finite values past the format's range are saturated (`codec.encode`), so the record
-    decodes to finite values; rows that are NaN/inf after RoPE write unspecified bytes into
-    their own slot (they may decode to NaN/inf and may differ between backends).
+    decodes to finite values; NaN / +-inf values after RoPE are quantized as +0 / +-fp32 max
+    (the same bytes on every backend, never a record that decodes to NaN or inf).
     """
     _check_insert(cache, x, slots, positions, freqs)
     if validate:

@@ -25,6 +25,8 @@ UE8M0_BIAS = 127
 # SPEC rule); unchecked encoders (`check_finite=False`, `insert(validate=False)`, every kernel)
 # saturate the codes of such blocks instead, so no encoder ever writes a record that decodes to
 # inf. Codes of every other block are the SPEC rule's, unchanged.
+F32_MAX = 3.4028234663852886e38
+"""Largest finite fp32 value: what +inf encodes as in the unchecked encoders."""
 BF16_MAX = 3.3895313892515355e38
 """Largest finite bf16 value, (2 - 2^-7) * 2^127 (exact in fp32)."""
 E4M3_TOP_EXP = 120
@@ -228,9 +230,23 @@ _ENCODERS = {
 }
 
 
+def finite_or_saturated(x: torch.Tensor) -> torch.Tensor:
+    """fp32 copy of `x` with NaN -> +0 and +-inf -> +-fp32 max.
+
+    What the unchecked encoders quantize (the checked ones reject such input first): every
+    record then decodes to finite values, the same bytes on every backend.
+    """
+    xf = x.to(torch.float32)
+    return torch.clamp(torch.where(torch.isnan(xf), 0.0, xf), -F32_MAX, F32_MAX)
+
+
 def encode(fmt: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x: [N, D] fp32|bf16 -> (data uint8 [N, data_bytes], scales uint8 [N, scale_bytes])."""
-    return _ENCODERS[fmt](x)
+    """x: [N, D] fp32|bf16 -> (data uint8 [N, data_bytes], scales uint8 [N, scale_bytes]).
+
+    NaN encodes as +0 and +-inf as +-fp32 max (`finite_or_saturated`), which then saturates
+    like any value at the top of the range.
+    """
+    return _ENCODERS[fmt](finite_or_saturated(x))
 
 
 def decode_f32(fmt: str, data: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

@@ -82,6 +82,13 @@ def _store_bf16_bytes(ptr, v, m):
 
 
 @triton.jit
+def finite_or_saturated(x):
+    """NaN -> +0, +-inf -> +-fp32 max, as `naive.finite_or_saturated` (unchecked input)."""
+    x = tl.where(x != x, 0.0, x)
+    return tl.minimum(tl.maximum(x, -3.4028234663852886e38), 3.4028234663852886e38)
+
+
+@triton.jit
 def quantize_store(
     xe,
     xo,
@@ -97,12 +104,15 @@ def quantize_store(
 
     `data_row` / `scale_row`: [BN] pointers to the first byte of each row's data / scale row;
     `ok`: [BN] rows to write. Unwritten lanes (masked rows, groups past D) are left untouched.
-    Finite inputs always give finite records: blocks at the one exponent where SPEC section 4's
-    codes could decode past the bf16 maximum get saturated codes, exactly as `naive.py`.
+    Every record decodes to finite values, byte for byte as `naive.py`: NaN is quantized as +0,
+    +-inf as +-fp32 max, and blocks at the one exponent where SPEC section 4's codes could
+    decode past the bf16 maximum get saturated codes.
     """
     ce, g = pair_channels(QB, NG)
     m = ok[:, None, None] & (g < NGROUPS)
     dptr = data_row[:, None, None]
+    xe = finite_or_saturated(xe)
+    xo = finite_or_saturated(xo)
     g2 = tl.arange(0, NG)[None, :]
     m2 = ok[:, None] & (g2 < NGROUPS)
     amax = tl.max(tl.maximum(tl.abs(xe), tl.abs(xo)), axis=2)  # [BN, NG]

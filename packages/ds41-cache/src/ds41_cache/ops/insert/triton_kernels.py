@@ -84,8 +84,9 @@ def insert_kernel(
         ye = xe * c - xo * s
         yo = xe * s + xo * c
         if X_BF16:  # the reference rounds the rotated row back to x.dtype before quantizing
-            ye = bf16_round_f32(ye)
-            yo = bf16_round_f32(yo)
+            # (a NaN stays NaN: the integer rounding would turn some NaN patterns into -0)
+            ye = tl.where(ye != ye, ye, bf16_round_f32(ye))
+            yo = tl.where(yo != yo, yo, bf16_round_f32(yo))
         xe = tl.where(is_rope, ye, xe)
         xo = tl.where(is_rope, yo, xo)
     quantize_store(xe, xo, ok, data_row, scale_row, FMT, QB, NG, NGROUPS)
