@@ -145,9 +145,9 @@ def test_lookup_slots_matches_a_host_loop():
     slots, missing = lookup_slots(table, req, pos, ps, needed)
     for t in range(4):
         for j in range(6):
-            r, p = max(int(req[t]), 0), int(pos[t, j])
+            r, p = int(req[t]), int(pos[t, j])
             col = p // ps
-            page = int(table[r, col]) if col < table.shape[1] else -1
+            page = int(table[r, col]) if col < table.shape[1] and r >= 0 else -1  # -1: padding
             ok = bool(needed[t, j]) and page >= 0
             assert int(slots[t, j]) == (page * ps + p % ps if ok else -1)
             assert bool(missing[t, j]) == (bool(needed[t, j]) and page < 0)

@@ -481,3 +481,17 @@ def test_unvalidated_insert_of_nonfinite_rows_agrees_across_backends(
     assert torch.equal(cache.storage, ref.storage)
     y = gather(cache, slots.to(dev), backend=be).float()
     assert bool(torch.isfinite(y).all())
+
+
+def test_lookup_slots_treats_out_of_range_requests_as_missing() -> None:
+    """`lookup_slots` (graph path, no host syncs) never indexes past the block table: a
+    request id outside [0, R) has no pages (slot -1; `missing` where the slot is needed)."""
+    from ds41_cache.paged import lookup_slots
+
+    table = torch.tensor([[3, 1], [0, 2]], dtype=torch.int32)
+    req = torch.tensor([1, 2, -1, 7, -1, 0])
+    pos = torch.tensor([5, 0, 1, 2, 1, -3])
+    needed = torch.tensor([True, True, False, True, True, True])
+    slots, missing = lookup_slots(table, req, pos, 4, needed)
+    assert slots.tolist() == [9, -1, -1, -1, -1, -1]
+    assert missing.tolist() == [False, True, False, True, True, True]

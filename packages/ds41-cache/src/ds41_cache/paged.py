@@ -156,17 +156,20 @@ def lookup_slots(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Slots of `positions` on the device, without host syncs (CUDA-graph safe).
 
-    block_table: int32 [R, P]; req_idx: [T] (negative = padding, read as row 0);
-    positions: int [T] or [T, N]; needed: bool, same shape as positions.
+    block_table: int32 [R, P]; req_idx: [T] (a request outside [0, R), e.g. -1 for padding,
+    has no pages); positions: int [T] or [T, N]; needed: bool, same shape as positions.
     Returns (slots int64 = `block_table[r][p // page_size] * page_size + p % page_size`
-    where needed and the page exists, else -1; missing bool = needed but no page, or a column
-    past the table).
+    where needed and the page exists, else -1; missing bool = needed but no page: a -1 entry,
+    a column past the table, a negative position or a request outside [0, R)). Total: no
+    input makes it index outside the table.
     """
-    pos = positions.to(torch.int64).clamp(min=0)
-    rows = req_idx.to(torch.int64).clamp(min=0)
-    rows = rows.reshape(rows.shape + (1,) * (pos.dim() - rows.dim()))
-    cols = pos // page_size
-    in_table = cols < block_table.shape[1]
+    pos = positions.to(torch.int64)
+    req = req_idx.to(torch.int64)
+    req = req.reshape(req.shape + (1,) * (pos.dim() - req.dim()))
+    in_table = (req >= 0) & (req < block_table.shape[0]) & (pos >= 0)
+    rows = req.clamp(0, block_table.shape[0] - 1)
+    cols = pos.clamp(min=0) // page_size
+    in_table &= cols < block_table.shape[1]
     page = block_table[rows, cols.clamp(max=block_table.shape[1] - 1)].to(torch.int64)
     have = needed & in_table & (page >= 0)
     slots = torch.where(have, page * page_size + pos % page_size, torch.full_like(pos, -1))
