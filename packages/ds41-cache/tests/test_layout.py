@@ -92,10 +92,10 @@ def test_views_address_the_documented_bytes(fmt: str, page_stride: int | None) -
 def test_paged_cache_validation() -> None:
     layout = row_layout("mxfp8", 64)
     ok = torch.zeros(2, 512, dtype=torch.uint8)
-    with pytest.raises(ValueError, match="page_size must be positive"):
+    with pytest.raises(ValueError, match="page_size must be a positive int"):
         PagedCache("mxfp8", 64, 0, 2, 512, ok)
     with pytest.raises(
-        ValueError, match=f"page_stride must be >= .* = {8 * layout.bytes_per_token}"
+        ValueError, match=f"page_stride must be an int >= .* = {8 * layout.bytes_per_token}"
     ):
         PagedCache("mxfp8", 64, 8, 2, 512, ok)
     with pytest.raises(ValueError, match="multiple of 16"):
@@ -145,9 +145,9 @@ def test_lookup_slots_matches_a_host_loop():
     slots, missing = lookup_slots(table, req, pos, ps, needed)
     for t in range(4):
         for j in range(6):
-            r, p = max(int(req[t]), 0), int(pos[t, j])
+            r, p = int(req[t]), int(pos[t, j])
             col = p // ps
-            page = int(table[r, col]) if col < table.shape[1] else -1
+            page = int(table[r, col]) if col < table.shape[1] and r >= 0 else -1  # -1: padding
             ok = bool(needed[t, j]) and page >= 0
             assert int(slots[t, j]) == (page * ps + p % ps if ok else -1)
             assert bool(missing[t, j]) == (bool(needed[t, j]) and page < 0)

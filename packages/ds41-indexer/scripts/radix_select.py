@@ -30,7 +30,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from ds41_cache.alloc import empty
+from ds41_cache.outputs import empty
 from ds41_indexer import index_topk
 from ds41_indexer.ops.topk import triton_kernels as tk
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import brute_topk_rows
 
-from ds41_cache.alloc import empty
+from ds41_cache.outputs import empty
 from ds41_indexer import index_topk
 from ds41_indexer.ops.topk.triton_kernels import index_topk_triton, k_pad_of
 

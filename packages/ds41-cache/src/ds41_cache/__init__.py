@@ -4,7 +4,6 @@ Formats (SPEC section 4), paged layout, quantize/dequantize, RoPE + quantize + i
 gather + decode, the compressor (SPEC section 5) and `sparse_paged_indices` (SPEC section 7).
 """
 
-from .alloc import empty, poisoned_allocations
 from .allocator import CacheFullError, PageAllocator
 from .backend import Backend, resolve_backend
 from .codec import decode, encode, quantize_dequantize
@@ -21,6 +20,7 @@ from .formats import (
     row_layout,
 )
 from .indices import sparse_paged_indices
+from .outputs import empty, poisoned_allocations
 from .paged import PagedCache, default_page_stride, lookup_slots
 from .rope import RopeConfig, apply_rope, rope_freqs
 

@@ -77,6 +77,9 @@ class PageAllocator:
         # resumes there instead of rescanning the row: O(1) per step).
         self._released_upto = [0] * max_requests
         self._refcount = [0] * num_pages
+        # Holds taken by `incref` (prefix-cache handles), a subset of `_refcount`: `decref`
+        # may only drop these, never a request's mapping.
+        self._handles = [0] * num_pages
         # Min-heap: allocation order is deterministic (lowest free page first).
         self._free: list[int] = list(range(num_pages))
         self._extent = [0] * max_requests
@@ -148,9 +151,16 @@ class PageAllocator:
     def ensure(self, req: int, num_tokens: int) -> None:
         """Pages for every position `< num_tokens` past the extent; all or nothing.
 
-        Raises CacheFullError (nothing changes) when the free list is too short.
+        Raises CacheFullError (nothing changes) when the free list is too short, TypeError
+        when `num_tokens` is not an int (nothing changes either).
         """
         req = self._check_req(req)
+        if isinstance(num_tokens, bool):
+            raise TypeError(f"num_tokens must be an int, got {num_tokens!r}")
+        try:
+            num_tokens = operator.index(num_tokens)
+        except TypeError:
+            raise TypeError(f"num_tokens must be an int, got {num_tokens!r}") from None
         if num_tokens < 0 or num_tokens > self.max_tokens:
             raise ValueError(
                 f"num_tokens must lie in [0, {self.max_tokens}] (max_pages_per_request * "
@@ -270,12 +280,25 @@ class PageAllocator:
         if self._refcount[page] == 0:
             raise ValueError(f"page {page} is free; incref needs a held page")
         self._refcount[page] += 1
+        self._handles[page] += 1
 
     def decref(self, page: int) -> None:
-        """Drop one holder; the page returns to the free list when none remain."""
+        """Drop one `incref` hold; the page returns to the free list when no holder remains.
+
+        Only holds taken by `incref` can be dropped here: a request's mapping is dropped by
+        `free` / `release_before`. Dropping it here would free a page the request still maps,
+        and the next `ensure` would hand it to another request, so that raises ValueError.
+        """
         page = self._check_page(page)
         if self._refcount[page] == 0:
             raise ValueError(f"page {page} is already free (double free)")
+        if self._handles[page] == 0:
+            raise ValueError(
+                f"page {page} has no handle hold to drop (no incref outstanding; its "
+                f"{self._refcount[page]} holder(s) are request mappings, released by free() "
+                f"or release_before())"
+            )
+        self._handles[page] -= 1
         self._drop(page)
 
     # ----------------------------------------------------------------- internals

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from .alloc import empty
 from .backend import resolve_backend
 from .formats import check_format, row_layout
 from .ops.codec import naive
+from .outputs import empty
 
 _FLOAT_INPUTS = (torch.float32, torch.bfloat16)
 
@@ -32,8 +32,25 @@ def require_finite(x: torch.Tensor, name: str = "x") -> None:
     if bool(bad.any()):
         first = [int(i) for i in bad.nonzero()[0]]
         raise ValueError(
-            f"{name} must be finite to be quantized; found {int(bad.sum())} NaN/inf values "
+            f"{name} must be finite; found {int(bad.sum())} NaN/inf values "
             f"(first at index {first}: {x[tuple(first)].item()})"
+        )
+
+
+def require_encodable(fmt: str, x: torch.Tensor, name: str = "x") -> None:
+    """Raise ValueError if a finite value of `x` would make its `fmt` record decode to inf
+    under SPEC section 4's rule (host sync). See `naive.OVERFLOW_FROM` for the limits:
+    |x| >= 248 * 2^120 (~3.296e38) for mxfp8 and fp8_index, |x| >= 1.75 * 2^127 (~2.978e38)
+    for mxfp4, fp32 |x| >= (2 - 2^-8) * 2^127 for bf16; nvfp4 has none."""
+    limit = naive.OVERFLOW_FROM[check_format(fmt)]
+    if limit is None or x.numel() == 0:
+        return
+    over = x.abs().to(torch.float32) >= limit
+    if bool(over.any()):
+        first = [int(i) for i in over.nonzero()[0]]
+        raise ValueError(
+            f"{name} holds {int(over.sum())} value(s) whose {fmt} record would decode to inf "
+            f"(|value| must be < {limit:.6g}; first at index {first}: {x[tuple(first)].item()})"
         )
 
 
@@ -47,13 +64,22 @@ def encode(
     """Quantize rows. x: [N, D] float32|bf16, D a multiple of 32.
 
     Returns (data uint8 [N, data_bytes], scales uint8 [N, scale_bytes]) laid out as SPEC
-    section 4 (`bf16` has scale_bytes = 0). Non-finite input raises ValueError unless
-    `check_finite=False` (then the bytes written for those rows are unspecified).
+    section 4 (`bf16` has scale_bytes = 0).
+
+    `check_finite=True` (host syncs) raises ValueError for NaN/inf input and for finite values
+    whose record would decode to inf (`require_encodable`: |x| near the bf16/fp32 maximum), as
+    SPEC section 4 asks. `check_finite=False` skips both: finite inputs then always give
+    records that decode to finite values, identical on every backend (the blocks that SPEC's
+    rule would overflow get saturated codes: at most 240 * 2^120 for mxfp8/fp8_index,
+    3 * 2^126 for mxfp4, the bf16 maximum for bf16; see the package README), and NaN / +-inf
+    are quantized as +0 / +-fp32 max (`naive.finite_or_saturated`): no record ever decodes to
+    NaN or inf.
     """
     check_format(fmt)
     _check_rows(x)
     if check_finite:
         require_finite(x)
+        require_encodable(fmt, x)
     which = resolve_backend(backend, x.device)
     layout = row_layout(fmt, x.shape[1])
     n = x.shape[0]
@@ -120,7 +146,7 @@ def quantize_dequantize(
 ) -> torch.Tensor:
     """Round trip through `fmt`: x [..., D] float32|bf16 -> bf16 [..., D] (blocks along D).
 
-    Used for the MXFP4 index queries (SPEC section 6).
+    Used for the MXFP4 index queries (SPEC section 6). `check_finite` as in `encode`.
     """
     if x.dim() < 1:
         raise ValueError("x must have at least one dimension (the channel dim D)")

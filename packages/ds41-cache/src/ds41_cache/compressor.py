@@ -15,9 +15,12 @@ padding.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from .alloc import empty
+from .codec import require_finite
+from .outputs import empty
 
 SUPPORTED_RATIOS: tuple[int, ...] = (1, 2)
 """Compress ratios whose arithmetic is validated (V4.1 uses 1 and 2)."""
@@ -25,6 +28,10 @@ DEFAULT_CAPACITY = 8
 """Ring rows per request (SPEC section 5)."""
 _POS_BITS = 31
 """Request ids sort above positions in the packed `(req, pos)` key; int32 positions fit."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -78,14 +85,13 @@ class Compressor:
         capacity: int = DEFAULT_CAPACITY,
         device: torch.device | str = "cpu",
     ) -> None:
-        if ratio not in SUPPORTED_RATIOS:
-            raise ValueError(f"ratio must be one of {SUPPORTED_RATIOS}, got {ratio!r}")
-        if not isinstance(capacity, int) or capacity < 2 or capacity & (capacity - 1):
+        if not _is_int(ratio) or ratio not in SUPPORTED_RATIOS:
+            raise ValueError(f"ratio must be one of {SUPPORTED_RATIOS} (an int), got {ratio!r}")
+        if not _is_int(capacity) or capacity < 2 or capacity & (capacity - 1):
             raise ValueError(f"capacity must be a power of two >= 2, got {capacity!r}")
-        if dim <= 0:
-            raise ValueError(f"dim must be positive, got {dim}")
-        if max_requests <= 0:
-            raise ValueError(f"max_requests must be positive, got {max_requests}")
+        for name, value in (("dim", dim), ("max_requests", max_requests)):
+            if not _is_int(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.ratio = ratio
         self.dim = dim
         self.max_requests = max_requests
@@ -115,7 +121,11 @@ class Compressor:
         return self.state[self._req(req)].clone()
 
     def load_state(self, req: int, snapshot: torch.Tensor) -> None:
-        """Restore a ring saved by `state_snapshot` into request `req`."""
+        """Restore a ring saved by `state_snapshot` into request `req`.
+
+        snapshot: f32 `[rows, 2*D]` on the compressor's device, finite (ValueError otherwise,
+        and the ring is left as it was).
+        """
         req = self._req(req)
         expected = tuple(self.state.shape[1:])
         if snapshot.dtype != torch.float32 or tuple(snapshot.shape) != expected:
@@ -123,6 +133,11 @@ class Compressor:
                 f"snapshot must be float32 {list(expected)}, got {snapshot.dtype} "
                 f"{list(snapshot.shape)}"
             )
+        if snapshot.device != self.device:
+            raise ValueError(f"snapshot is on {snapshot.device}, the compressor on {self.device}")
+        # A ring row is a later call's partner: a NaN there would reach a latent (host sync;
+        # prefix-cache restores are not graph-captured).
+        require_finite(snapshot, "snapshot")
         self.state[req].copy_(snapshot)
 
     # ----------------------------------------------------------------- forward
@@ -147,26 +162,43 @@ class Compressor:
         Ratio 1: `latent = rms_norm(kv)`. Ratio 2: a row at odd `p` emits
         `rms_norm(bf16(pool_pair(row p-1, row p)))`; row `p-1` comes from this call when
         present, else from the ring. Rows of a request come in ascending positions; a ratio-2
-        pair split across calls needs its first row fed earlier. `validate=False` skips the
-        checks that sync with the host (value ranges), for CUDA-graph capture.
+        pair split across calls needs its first row fed earlier.
+
+        `validate=True` checks value ranges and finiteness with host syncs, before anything
+        changes: req_idx in [-1, max_requests), pos >= 0, unique (req, pos), finite kv/score on
+        non-padding rows, finite norm_weight and eps (ValueError naming the input), and finite
+        emitted latents (ValueError: e.g. fp32 kv beyond the bf16 range pools to inf); on error
+        neither the ring nor any output is written. `validate=False` skips them all, for
+        CUDA-graph capture: a req_idx outside [-1, max_requests) is then treated as padding
+        (no ring write, no emit), while non-finite kv/score go into the ring and the latent
+        unchecked (the caller's responsibility; `insert` then quantizes NaN as 0).
         """
-        self._check_inputs(kv, score, req_idx, pos, norm_weight, validate)
+        self._check_inputs(kv, score, req_idx, pos, norm_weight, eps, validate)
         t = kv.shape[0]
         latent = empty((t, self.dim), torch.bfloat16, self.device)
         emit = empty((t,), torch.bool, self.device)
         entry = empty((t,), torch.int64, self.device)
         if t == 0:
             return latent, emit, entry
-        valid = req_idx >= 0
+        # Out-of-range request ids are padding (validated away when validate=True), so the
+        # ring is never indexed past its rows.
+        valid = (req_idx >= 0) & (req_idx < self.max_requests)
         p = pos.to(torch.int64)
         kv32 = kv.to(torch.float32)
+        ring_write: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         if self.ratio == 1:
             emits = valid
             values = rms_norm(kv32, norm_weight, eps)
         else:
             assert score is not None
-            emits, values = self._forward_pairs(kv32, score.to(torch.float32), req_idx, p, valid)
+            emits, values, ring_write = self._forward_pairs(
+                kv32, score.to(torch.float32), req_idx, p, valid
+            )
             values = rms_norm(values.to(torch.bfloat16), norm_weight, eps)
+        if validate:
+            require_finite(values[emits], "latent (from finite inputs: kv beyond the bf16 range?)")
+        if ring_write is not None:
+            self._ring.index_put_(ring_write[:2], ring_write[2])
         latent.copy_(torch.where(emits[:, None], values, torch.zeros_like(values)))
         emit.copy_(emits)
         entry.copy_(torch.where(emits, (p + 1) // self.ratio - 1, torch.full_like(p, -1)))
@@ -181,8 +213,9 @@ class Compressor:
         req_idx: torch.Tensor,
         p: torch.Tensor,
         valid: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Ratio 2: (emit bool [T], pooled fp32 [T, D]); updates the ring."""
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Ratio 2: (emit bool [T], pooled fp32 [T, D], the ring update `(req, row, values)`
+        for `index_put_`, applied by the caller once the call is known to succeed)."""
         t = kv.shape[0]
         d = self.dim
         cap = self.capacity
@@ -212,9 +245,8 @@ class Compressor:
         last.scatter_reduce_(0, req, p, reduce="amax")
         keep = valid & (p > last[req] - cap)
         target = torch.where(keep, req, torch.full_like(req, spare))
-        self._ring.index_put_((target, p % cap), raw)
         emits = valid & (p % 2 == 1)
-        return emits, pooled
+        return emits, pooled, (target, p % cap, raw)
 
     # ----------------------------------------------------------------- checks
     def _req(self, req: int, name: str = "req") -> int:
@@ -229,6 +261,7 @@ class Compressor:
         req_idx: torch.Tensor,
         pos: torch.Tensor,
         norm_weight: torch.Tensor,
+        eps: float,
         validate: bool,
     ) -> None:
         floats = (torch.float32, torch.bfloat16)
@@ -275,3 +308,15 @@ class Compressor:
         sorted_key = torch.sort(key).values
         if bool((sorted_key[1:] == sorted_key[:-1]).any()):
             raise ValueError("each (req_idx, pos) pair may appear at most once in a call")
+        try:
+            eps_ok = not isinstance(eps, bool) and math.isfinite(float(eps))
+        except (TypeError, ValueError):
+            eps_ok = False
+        if not eps_ok:
+            raise ValueError(f"eps must be a finite number, got {eps!r}")
+        # Finiteness (issue 13): a NaN latent or an inf score would go into the ring and from
+        # there into prefix-cache snapshots; padding rows are never read, so not checked.
+        require_finite(kv[valid], "kv on non-padding rows")
+        if score is not None:
+            require_finite(score[valid], "score on non-padding rows")
+        require_finite(norm_weight, "norm_weight")

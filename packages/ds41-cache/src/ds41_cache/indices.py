@@ -38,9 +38,13 @@ def sparse_paged_indices(
     Returns `swa_slots: int32 [T, window]`, `swa_lens: int32 [T]`, `comp_slots: int32 [T, K]`
     and `comp_lens: int32 [T]` (both None when `ratio == 0` or `topk_entries is None`).
 
-    `validate=True` also checks value ranges (host syncs) and raises IndexError when a slot is
-    needed where the block table holds -1. With `validate=False` nothing syncs (CUDA-graph
-    safe) and such slots come out as -1.
+    `validate=True` also checks value ranges (host syncs) and raises IndexError, on every
+    backend, when a slot is needed where the block table holds -1 (or past its columns).
+    With `validate=False` nothing syncs (CUDA-graph safe) and every backend gives the same
+    outputs: such a slot comes out as -1 *inside* the row's length (the lengths count the
+    positions/entries the row reads, not the pages that exist), and out-of-range inputs never
+    make a kernel read outside the tables: a req_idx outside [0, R) is a padding row, a
+    position or entry past the table's columns is a missing page.
     """
     _check(
         req_idx,
@@ -71,17 +75,41 @@ def sparse_paged_indices(
     if resolve_backend(backend, req_idx.device) == "triton":
         from .ops.indices import triton_kernels
 
-        return triton_kernels.sparse_paged_indices(*args)
+        out = triton_kernels.sparse_paged_indices(*args)
+        if validate:
+            _raise_if_missing(_missing_from_outputs(*out), req_idx, pos)
+        return out
     swa, swa_len, comp, comp_len, missing = naive.sparse_paged_indices(*args)
-    if validate and bool(missing.any()):
+    if validate:
+        _raise_if_missing(missing, req_idx, pos)
+    # The reference computes every element of its outputs, so they are returned as they are.
+    return swa, swa_len, comp, comp_len
+
+
+def _missing_from_outputs(
+    swa: torch.Tensor,
+    swa_len: torch.Tensor,
+    comp: torch.Tensor | None,
+    comp_len: torch.Tensor | None,
+) -> torch.Tensor:
+    """Rows with a -1 slot inside their length: a needed page the block table lacks (a slot
+    that exists is `page * page_size + offset >= 0`). bool [T]."""
+    j = torch.arange(swa.shape[1], device=swa.device)
+    missing = ((swa < 0) & (j < swa_len[:, None])).any(dim=1)
+    if comp is not None and comp_len is not None:
+        k = torch.arange(comp.shape[1], device=comp.device)
+        missing |= ((comp < 0) & (k < comp_len[:, None])).any(dim=1)
+    return missing
+
+
+def _raise_if_missing(missing: torch.Tensor, req_idx: torch.Tensor, pos: torch.Tensor) -> None:
+    if bool(missing.any()):
         row = int(torch.nonzero(missing)[0, 0])
         raise IndexError(
             f"row {row} (req_idx {int(req_idx[row])}, pos {int(pos[row])}) needs a page its "
             f"block table does not hold (-1 or past the table's columns): ensure() the pages "
             f"before building indices"
         )
-    # The reference computes every element of its outputs, so they are returned as they are.
-    return swa, swa_len, comp, comp_len
 
 
 def _check(

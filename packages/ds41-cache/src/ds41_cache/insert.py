@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from .alloc import empty
 from .backend import resolve_backend
-from .codec import require_finite
+from .codec import require_encodable, require_finite
+from .outputs import empty
 from .paged import PagedCache
-from .rope import rope_cos_sin
+from .rope import apply_rope, rope_cos_sin
 
 
 def _check_slots(cache: PagedCache, slots: torch.Tensor, n: int | None) -> None:
@@ -74,17 +74,37 @@ def insert(
     """Quantize rows x: [N, D] bf16|f32 into `cache` at slots: [N] int32|int64 (-1 = skip).
 
     With freqs: f32 [R/2] (and positions: [N] int), the last R channels are RoPE-rotated at
-    `positions` first (`rope.apply_rope`, result in x.dtype), then quantized. `validate=True`
-    checks slot ranges (IndexError), duplicate slots and finiteness (ValueError) with host
-    syncs; `validate=False` skips those so the call can be captured in a CUDA graph.
+    `positions` first (`rope.apply_rope`, result in x.dtype), then quantized.
+
+    `validate=True` checks, with host syncs and before any byte is written: slot ranges
+    (IndexError), duplicate slots (ValueError), finite `freqs`, and the values that would be
+    quantized, i.e. the rows *after* RoPE: NaN/inf (an fp32 rotation of finite values near
+    the bf16 maximum can overflow) and finite values whose record would decode to inf
+    (`codec.require_encodable`) raise ValueError. Rows at slot -1 are not checked.
+
+    `validate=False` skips all of that so the call can be captured in a CUDA graph; what it
+    gives up: a slot outside [-1, num_slots) is skipped like -1 (never written out of
+    bounds); duplicate slots leave one of the rows' records (which one is unspecified);
+    finite values past the format's range are saturated (`codec.encode`), so the record
+    decodes to finite values; NaN / +-inf values after RoPE are quantized as +0 / +-fp32 max
+    (the same bytes on every backend, never a record that decodes to NaN or inf).
     """
     _check_insert(cache, x, slots, positions, freqs)
     if validate:
         cache.check_slots(slots)
-        live = slots[slots >= 0]
+        keep = slots >= 0
+        live = slots[keep]
         if live.numel() != torch.unique(live).numel():
             raise ValueError("slots must not repeat (apart from -1): two rows would race")
-        require_finite(x[slots >= 0])
+        name = "x"
+        rows = x[keep]
+        if freqs is not None:
+            assert positions is not None
+            require_finite(freqs, "freqs")
+            # the kernels reproduce apply_rope bit for bit, so these are the quantized values
+            rows, name = apply_rope(rows, positions[keep], freqs), "x after RoPE"
+        require_finite(rows, name)
+        require_encodable(cache.fmt, rows, name)
     which = resolve_backend(backend, cache.device)
     if which == "torch":
         from .ops.insert import naive
@@ -109,7 +129,11 @@ def gather(
     backend: str = "auto",
     validate: bool = True,
 ) -> torch.Tensor:
-    """Decode the rows at slots: [N] int32|int64 -> bf16 [N, D]; slot -1 gives zeros."""
+    """Decode the rows at slots: [N] int32|int64 -> bf16 [N, D]; slot -1 gives zeros.
+
+    `validate=True` raises IndexError for a slot outside [-1, num_slots) (host sync);
+    `validate=False` reads such a slot as zeros, like -1 (never out of bounds).
+    """
     if not isinstance(cache, PagedCache):
         raise TypeError(f"cache must be a PagedCache, got {type(cache).__name__}")
     _check_slots(cache, slots, None)

@@ -8,6 +8,7 @@ any larger stride and every kernel must honour it). The slot of position `p` of 
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -18,6 +19,37 @@ from .formats import PAGE_ALIGN, RowLayout, row_layout
 def default_page_stride(layout: RowLayout, page_size: int) -> int:
     raw = page_size * layout.bytes_per_token
     return -(-raw // PAGE_ALIGN) * PAGE_ALIGN
+
+
+def _is_int(value: object) -> bool:
+    """An int (or an integer type with `__index__`, e.g. numpy's), not a bool or a float."""
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
+
+
+def _check_geometry(
+    fmt: str, dim: object, page_size: object, num_pages: object, page_stride: object
+) -> RowLayout:
+    """Named errors for the arguments that shape a cache, before anything is allocated."""
+    if not _is_int(dim):
+        raise ValueError(f"dim must be a positive multiple of 32 (an int), got {dim!r}")
+    layout = row_layout(fmt, dim)  # type: ignore[arg-type]
+    if not _is_int(page_size) or page_size <= 0:  # type: ignore[operator]
+        raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+    if not _is_int(num_pages) or num_pages < 0:  # type: ignore[operator]
+        raise ValueError(f"num_pages must be an int >= 0, got {num_pages!r}")
+    need = page_size * layout.bytes_per_token  # type: ignore[operator]
+    if not _is_int(page_stride) or page_stride < need or page_stride % 16:  # type: ignore[operator]
+        raise ValueError(
+            f"page_stride must be an int >= page_size * bytes_per_token = {need} and a "
+            f"multiple of 16 bytes, got {page_stride!r}"
+        )
+    return layout
 
 
 @dataclass
@@ -33,16 +65,9 @@ class PagedCache:
     layout: RowLayout = field(init=False)
 
     def __post_init__(self) -> None:
-        self.layout = row_layout(self.fmt, self.dim)
-        if self.page_size <= 0:
-            raise ValueError(f"page_size must be positive, got {self.page_size}")
-        if self.page_stride < self.page_size * self.layout.bytes_per_token:
-            raise ValueError(
-                f"page_stride must be >= page_size * bytes_per_token = "
-                f"{self.page_size * self.layout.bytes_per_token}, got {self.page_stride}"
-            )
-        if self.page_stride % 16:
-            raise ValueError(f"page_stride must be a multiple of 16 bytes, got {self.page_stride}")
+        self.layout = _check_geometry(
+            self.fmt, self.dim, self.page_size, self.num_pages, self.page_stride
+        )
         expected = (self.num_pages, self.page_stride)
         if self.storage.dtype != torch.uint8 or tuple(self.storage.shape) != expected:
             raise ValueError(
@@ -63,9 +88,19 @@ class PagedCache:
         page_stride: int | None = None,
         device: torch.device | str = "cpu",
     ) -> PagedCache:
-        """Zero-filled storage for `num_pages` pages (padding bytes stay zero)."""
+        """Zero-filled storage for `num_pages` pages (padding bytes stay zero).
+
+        `dim`: a positive multiple of 32; `page_size`: a positive int; `num_pages`: an int >= 0;
+        `page_stride`: an int >= page_size * bytes_per_token, a multiple of 16 (default: the
+        smallest multiple of 512 that holds the page). Bad values raise ValueError naming them.
+        """
+        if not _is_int(page_size) or page_size <= 0:
+            raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+        if not _is_int(dim):
+            raise ValueError(f"dim must be a positive multiple of 32 (an int), got {dim!r}")
         layout = row_layout(fmt, dim)
         stride = default_page_stride(layout, page_size) if page_stride is None else page_stride
+        _check_geometry(fmt, dim, page_size, num_pages, stride)
         storage = torch.zeros((num_pages, stride), dtype=torch.uint8, device=device)
         return cls(fmt, dim, page_size, num_pages, stride, storage)
 
@@ -121,17 +156,20 @@ def lookup_slots(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Slots of `positions` on the device, without host syncs (CUDA-graph safe).
 
-    block_table: int32 [R, P]; req_idx: [T] (negative = padding, read as row 0);
-    positions: int [T] or [T, N]; needed: bool, same shape as positions.
+    block_table: int32 [R, P]; req_idx: [T] (a request outside [0, R), e.g. -1 for padding,
+    has no pages); positions: int [T] or [T, N]; needed: bool, same shape as positions.
     Returns (slots int64 = `block_table[r][p // page_size] * page_size + p % page_size`
-    where needed and the page exists, else -1; missing bool = needed but no page, or a column
-    past the table).
+    where needed and the page exists, else -1; missing bool = needed but no page: a -1 entry,
+    a column past the table, a negative position or a request outside [0, R)). Total: no
+    input makes it index outside the table.
     """
-    pos = positions.to(torch.int64).clamp(min=0)
-    rows = req_idx.to(torch.int64).clamp(min=0)
-    rows = rows.reshape(rows.shape + (1,) * (pos.dim() - rows.dim()))
-    cols = pos // page_size
-    in_table = cols < block_table.shape[1]
+    pos = positions.to(torch.int64)
+    req = req_idx.to(torch.int64)
+    req = req.reshape(req.shape + (1,) * (pos.dim() - req.dim()))
+    in_table = (req >= 0) & (req < block_table.shape[0]) & (pos >= 0)
+    rows = req.clamp(0, block_table.shape[0] - 1)
+    cols = pos.clamp(min=0) // page_size
+    in_table &= cols < block_table.shape[1]
     page = block_table[rows, cols.clamp(max=block_table.shape[1] - 1)].to(torch.int64)
     have = needed & in_table & (page >= 0)
     slots = torch.where(have, page * page_size + pos % page_size, torch.full_like(pos, -1))

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from .alloc import poisoned_allocations
 from .backend import interpreter_active
+from .outputs import poisoned_allocations
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _poison_library_allocations() -> Iterator[None]:
-    """Every tensor library code allocates through `ds41_cache.alloc.empty` starts poisoned."""
+    """Every tensor library code allocates through `ds41_cache.outputs.empty` starts poisoned."""
     with poisoned_allocations():
         yield
 

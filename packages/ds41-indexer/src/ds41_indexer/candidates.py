@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ds41_cache.alloc import empty
+from ds41_cache.outputs import empty
 
 from ._checks import check_positive_int
 from .topk import check_topk_inputs, index_topk

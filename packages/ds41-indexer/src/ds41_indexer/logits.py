@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ds41_cache.alloc import empty
 from ds41_cache.backend import interpreter_active, resolve_backend
+from ds41_cache.outputs import empty
 from ds41_cache.paged import PagedCache
 
 from ._checks import check_index_cache, check_positive_int, check_rows_in_table, check_tensor

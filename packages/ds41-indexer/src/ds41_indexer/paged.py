@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ds41_cache.alloc import empty
 from ds41_cache.backend import interpreter_active, resolve_backend
+from ds41_cache.outputs import empty
 from ds41_cache.paged import PagedCache
 
 from ._checks import check_positive_int

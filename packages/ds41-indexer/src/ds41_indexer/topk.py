@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ds41_cache.alloc import empty
 from ds41_cache.backend import resolve_backend
+from ds41_cache.outputs import empty
 
 from ._checks import check_positive_int, check_tensor
 from .ops.topk.naive import index_topk_torch

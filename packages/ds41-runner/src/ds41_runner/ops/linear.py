@@ -6,8 +6,8 @@ from typing import Literal
 
 import torch
 
-from ds41_cache.alloc import empty
 from ds41_cache.backend import interpreter_active, resolve_backend
+from ds41_cache.outputs import empty
 
 from .matmul.naive import rowwise_matmul
 from .matmul.plan import plan_matmul

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ds41_cache.alloc import empty
 from ds41_cache.backend import resolve_backend
+from ds41_cache.outputs import empty
 
 from .rowwise.naive import log_softmax_torch
 

@@ -19,6 +19,34 @@ MXFP4_AMAX_FLOOR = 6.0 * 2.0**-126
 """MXFP4: `amax = max(amax, 6 * 2^-126)`, so `amax / 6` is a normal fp32 number."""
 UE8M0_BIAS = 127
 
+# ---- the top of the range (SPEC section 4, "Range") ----
+# SPEC's exponent rules put the largest finite inputs in blocks whose largest code decodes past
+# the bf16 maximum (2 - 2^-7) * 2^127: `encode(check_finite=True)` rejects those inputs (the
+# SPEC rule); unchecked encoders (`check_finite=False`, `insert(validate=False)`, every kernel)
+# saturate the codes of such blocks instead, so no encoder ever writes a record that decodes to
+# inf. Codes of every other block are the SPEC rule's, unchanged.
+F32_MAX = 3.4028234663852886e38
+"""Largest finite fp32 value: what +inf encodes as in the unchecked encoders."""
+BF16_MAX = 3.3895313892515355e38
+"""Largest finite bf16 value, (2 - 2^-7) * 2^127 (exact in fp32)."""
+E4M3_TOP_EXP = 120
+"""MXFP8 / fp8 index: the largest exponent a finite input gives (amax / 448 < 2^120)."""
+E4M3_TOP_CODE_MAX = 240.0
+"""Codes at exponent 120 saturate at 240 (240 * 2^120 = 1.875 * 2^127; 256 * 2^120 = inf)."""
+E2M1_TOP_EXP = 126
+"""MXFP4: the largest exponent a finite input gives (amax / 6 < 2^126)."""
+E2M1_TOP_CODE_MAX = 3.0
+"""Codes at exponent 126 saturate at 3 (3 * 2^126 = 1.5 * 2^127; 4 * 2^126 = inf)."""
+OVERFLOW_FROM: dict[str, float | None] = {
+    "mxfp8": 248.0 * 2.0**120,  # x * 2^-120 >= 248 rounds (ties to even) to code 256
+    "fp8_index": 248.0 * 2.0**120,
+    "mxfp4": 3.5 * 2.0**126,  # x * 2^-126 >= 3.5 rounds (ties to even) to code 4
+    "bf16": (2.0 - 2.0**-8) * 2.0**127,  # fp32 inputs from here round to inf in bf16
+    "nvfp4": None,  # the scale is clamped to 448: every record is finite
+}
+"""Per format, the smallest |x| whose record would decode to inf under SPEC section 4's rule
+(elementwise: an element at or above it makes its block overflow, and nothing below does)."""
+
 _F32_MANT_BITS = 23
 _F32_MANT_MASK = (1 << _F32_MANT_BITS) - 1
 _F32_BIAS = 127
@@ -124,6 +152,12 @@ def f32_to_bf16_bits(x: torch.Tensor) -> torch.Tensor:
     return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
 
 
+def _code_limit(e: torch.Tensor, top_exp: int, top_max: float, fmt_max: float) -> torch.Tensor:
+    """Largest code magnitude allowed at exponent `e`: `fmt_max`, or `top_max` at `top_exp`
+    and above (where `fmt_max * 2^e` would exceed the bf16 range)."""
+    return torch.where(e >= top_exp, top_max, fmt_max).to(torch.float32)
+
+
 def _blocks(x: torch.Tensor, block: int) -> torch.Tensor:
     n, d = x.shape
     return x.to(torch.float32).reshape(n, d // block, block)
@@ -144,7 +178,8 @@ def encode_mxfp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     xb = _blocks(x, MXFP8_BLOCK)
     amax = xb.abs().amax(dim=-1, keepdim=True).clamp_min(MXFP8_AMAX_FLOOR)
     e = ceil_log2(amax / E4M3_MAX)
-    scaled = torch.clamp(xb * pow2(-e), -E4M3_MAX, E4M3_MAX)
+    lim = _code_limit(e, E4M3_TOP_EXP, E4M3_TOP_CODE_MAX, E4M3_MAX)
+    scaled = torch.minimum(torch.maximum(xb * pow2(-e), -lim), lim)
     data = f32_to_e4m3(scaled).flatten(1)
     scales = torch.clamp(e + UE8M0_BIAS, 0, 255).to(torch.uint8).flatten(1)
     return data, scales
@@ -163,7 +198,8 @@ def encode_mxfp4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     xb = _blocks(x, MXFP4_BLOCK)
     amax = xb.abs().amax(dim=-1, keepdim=True).clamp_min(MXFP4_AMAX_FLOOR)
     e = torch.clamp(ceil_log2(amax / E2M1_MAX), -127, 127)
-    codes = f32_to_e2m1(xb * pow2(-e)).flatten(1)
+    lim = _code_limit(e, E2M1_TOP_EXP, E2M1_TOP_CODE_MAX, E2M1_MAX)
+    codes = f32_to_e2m1(torch.minimum(torch.maximum(xb * pow2(-e), -lim), lim)).flatten(1)
     return _pack_nibbles(codes), (e + UE8M0_BIAS).to(torch.uint8).flatten(1)
 
 
@@ -172,13 +208,15 @@ def encode_fp8_index(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     amax = xf.abs().amax(dim=-1, keepdim=True).clamp_min(MXFP8_AMAX_FLOOR)
     e = ceil_log2(amax / E4M3_MAX)
     # x / 2^e is exact, so it is computed as a product with 2^-e.
-    data = f32_to_e4m3(torch.clamp(xf * pow2(-e), -E4M3_MAX, E4M3_MAX))
+    lim = _code_limit(e, E4M3_TOP_EXP, E4M3_TOP_CODE_MAX, E4M3_MAX)
+    data = f32_to_e4m3(torch.minimum(torch.maximum(xf * pow2(-e), -lim), lim))
     scales = pow2(e).contiguous().view(torch.uint8)  # fp32 little-endian, 4 bytes
     return data, scales
 
 
 def encode_bf16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    bits = f32_to_bf16_bits(x)
+    # fp32 inputs past the bf16 range saturate at its maximum instead of rounding to inf
+    bits = f32_to_bf16_bits(torch.clamp(x.to(torch.float32), -BF16_MAX, BF16_MAX))
     data = torch.stack((bits & 0xFF, bits >> 8), dim=-1).flatten(1).to(torch.uint8)
     return data, torch.zeros((x.shape[0], 0), dtype=torch.uint8, device=x.device)
 
@@ -192,9 +230,23 @@ _ENCODERS = {
 }
 
 
+def finite_or_saturated(x: torch.Tensor) -> torch.Tensor:
+    """fp32 copy of `x` with NaN -> +0 and +-inf -> +-fp32 max.
+
+    What the unchecked encoders quantize (the checked ones reject such input first): every
+    record then decodes to finite values, the same bytes on every backend.
+    """
+    xf = x.to(torch.float32)
+    return torch.clamp(torch.where(torch.isnan(xf), 0.0, xf), -F32_MAX, F32_MAX)
+
+
 def encode(fmt: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x: [N, D] fp32|bf16 -> (data uint8 [N, data_bytes], scales uint8 [N, scale_bytes])."""
-    return _ENCODERS[fmt](x)
+    """x: [N, D] fp32|bf16 -> (data uint8 [N, data_bytes], scales uint8 [N, scale_bytes]).
+
+    NaN encodes as +0 and +-inf as +-fp32 max (`finite_or_saturated`), which then saturates
+    like any value at the top of the range.
+    """
+    return _ENCODERS[fmt](finite_or_saturated(x))
 
 
 def decode_f32(fmt: str, data: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

@@ -82,6 +82,13 @@ def _store_bf16_bytes(ptr, v, m):
 
 
 @triton.jit
+def finite_or_saturated(x):
+    """NaN -> +0, +-inf -> +-fp32 max, as `naive.finite_or_saturated` (unchecked input)."""
+    x = tl.where(x != x, 0.0, x)
+    return tl.minimum(tl.maximum(x, -3.4028234663852886e38), 3.4028234663852886e38)
+
+
+@triton.jit
 def quantize_store(
     xe,
     xo,
@@ -97,18 +104,25 @@ def quantize_store(
 
     `data_row` / `scale_row`: [BN] pointers to the first byte of each row's data / scale row;
     `ok`: [BN] rows to write. Unwritten lanes (masked rows, groups past D) are left untouched.
+    Every record decodes to finite values, byte for byte as `naive.py`: NaN is quantized as +0,
+    +-inf as +-fp32 max, and blocks at the one exponent where SPEC section 4's codes could
+    decode past the bf16 maximum get saturated codes.
     """
     ce, g = pair_channels(QB, NG)
     m = ok[:, None, None] & (g < NGROUPS)
     dptr = data_row[:, None, None]
+    xe = finite_or_saturated(xe)
+    xo = finite_or_saturated(xo)
     g2 = tl.arange(0, NG)[None, :]
     m2 = ok[:, None] & (g2 < NGROUPS)
     amax = tl.max(tl.maximum(tl.abs(xe), tl.abs(xo)), axis=2)  # [BN, NG]
     if FMT == 0:  # mxfp8
         e = ceil_log2_f32(tl.div_rn(tl.maximum(amax, 1e-4), tl.full(amax.shape, 448.0, tl.float32)))
         sc = pow2_f32(-e)[:, :, None]
-        ce_code = f32_to_e4m3(tl.minimum(tl.maximum(xe * sc, -448.0), 448.0))
-        co_code = f32_to_e4m3(tl.minimum(tl.maximum(xo * sc, -448.0), 448.0))
+        # codes saturate at 240 where e = 120 so the record stays finite (naive.E4M3_TOP_*)
+        lim = tl.where(e >= 120, 240.0, 448.0)[:, :, None]
+        ce_code = f32_to_e4m3(tl.minimum(tl.maximum(xe * sc, -lim), lim))
+        co_code = f32_to_e4m3(tl.minimum(tl.maximum(xo * sc, -lim), lim))
         tl.store(dptr + ce, ce_code.to(tl.uint8), mask=m)
         tl.store(dptr + ce + 1, co_code.to(tl.uint8), mask=m)
         tl.store(scale_row[:, None] + g2, (e + 127).to(tl.uint8), mask=m2)
@@ -125,16 +139,19 @@ def quantize_store(
         # amax/6 lies in [2^-126, 2^126), so e and -e stay inside pow2_f32's range.
         e = tl.minimum(tl.maximum(ceil_log2_f32(q), -127), 127)
         sc = pow2_f32(-e)[:, :, None]
-        lo = f32_to_e2m1(xe * sc)
-        hi = f32_to_e2m1(xo * sc)
+        # codes saturate at 3 where e = 126 so the record stays finite (naive.E2M1_TOP_*)
+        lim = tl.where(e >= 126, 3.0, 6.0)[:, :, None]
+        lo = f32_to_e2m1(tl.minimum(tl.maximum(xe * sc, -lim), lim))
+        hi = f32_to_e2m1(tl.minimum(tl.maximum(xo * sc, -lim), lim))
         tl.store(dptr + (ce >> 1), (lo | (hi << 4)).to(tl.uint8), mask=m)
         tl.store(scale_row[:, None] + g2, (e + 127).to(tl.uint8), mask=m2)
     elif FMT == 3:  # fp8_index: one fp32 power-of-two scale per row
         ramax = tl.maximum(tl.max(amax, axis=1), 1e-4)  # [BN]
         e = ceil_log2_f32(tl.div_rn(ramax, tl.full(ramax.shape, 448.0, tl.float32)))
         sc = pow2_f32(-e)[:, None, None]
-        ce_code = f32_to_e4m3(tl.minimum(tl.maximum(xe * sc, -448.0), 448.0))
-        co_code = f32_to_e4m3(tl.minimum(tl.maximum(xo * sc, -448.0), 448.0))
+        lim = tl.where(e >= 120, 240.0, 448.0)[:, None, None]
+        ce_code = f32_to_e4m3(tl.minimum(tl.maximum(xe * sc, -lim), lim))
+        co_code = f32_to_e4m3(tl.minimum(tl.maximum(xo * sc, -lim), lim))
         tl.store(dptr + ce, ce_code.to(tl.uint8), mask=m)
         tl.store(dptr + ce + 1, co_code.to(tl.uint8), mask=m)
         k = tl.arange(0, 4)[None, :]
@@ -144,9 +161,10 @@ def quantize_store(
             ((sbits >> (8 * k)) & 255).to(tl.uint8),
             mask=ok[:, None] & (k < 4),
         )
-    else:  # bf16: two bytes per channel, little-endian
-        _store_bf16_bytes(dptr + 2 * ce, xe, m)
-        _store_bf16_bytes(dptr + 2 * ce + 2, xo, m)
+    else:  # bf16: two bytes per channel, little-endian; fp32 past the bf16 range saturates
+        bmax = 3.3895313892515355e38
+        _store_bf16_bytes(dptr + 2 * ce, tl.minimum(tl.maximum(xe, -bmax), bmax), m)
+        _store_bf16_bytes(dptr + 2 * ce + 2, tl.minimum(tl.maximum(xo, -bmax), bmax), m)
 
 
 @triton.jit

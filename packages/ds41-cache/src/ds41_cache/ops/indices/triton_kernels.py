@@ -3,7 +3,8 @@
 
 Graph safe and total: a padding row (request id outside `[0, R)`) gets lengths 0 and -1
 everywhere, and a block-table entry that is -1 (or a column past the table) where a slot is
-needed yields slot -1 instead of a fault; the torch path reports those as errors instead.
+needed yields slot -1 instead of a fault (the lengths still count it, as on the torch path);
+the public wrapper turns those into IndexError when validating, on every backend.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ...alloc import empty
+from ...outputs import empty
 
 
 @triton.jit

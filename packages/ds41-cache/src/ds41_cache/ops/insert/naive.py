@@ -21,8 +21,9 @@ def insert(
     positions: torch.Tensor | None,
     freqs: torch.Tensor | None,
 ) -> None:
-    """Write rows `x[i]` ([N, D]) at `slots[i]` (skipping -1), RoPE'd at `positions` if `freqs`."""
-    keep = slots >= 0
+    """Write rows `x[i]` ([N, D]) at `slots[i]`, RoPE'd at `positions` if `freqs`; slots
+    outside [0, num_slots) (-1, or out of range when unvalidated) are skipped."""
+    keep = (slots >= 0) & (slots < cache.num_slots)
     if freqs is not None:
         assert positions is not None
         x = apply_rope(x, positions, freqs)
@@ -34,7 +35,9 @@ def insert(
 
 
 def gather(cache: PagedCache, slots: torch.Tensor) -> torch.Tensor:
-    """Decode the rows at `slots` ([N]) -> bf16 [N, D]; slot -1 gives a row of zeros."""
-    page, off = _page_offset(cache, slots.clamp_min(0))
+    """Decode the rows at `slots` ([N]) -> bf16 [N, D]; a slot outside [0, num_slots) (-1, or
+    out of range when unvalidated) gives a row of zeros."""
+    valid = (slots >= 0) & (slots < cache.num_slots)
+    page, off = _page_offset(cache, torch.where(valid, slots, 0))
     rows = codec.decode(cache.fmt, cache.data_view()[page, off], cache.scale_view()[page, off])
-    return torch.where((slots >= 0)[:, None], rows, torch.zeros_like(rows))
+    return torch.where(valid[:, None], rows, torch.zeros_like(rows))

@@ -49,6 +49,7 @@ def insert_kernel(
     sin_ptr,
     storage_ptr,
     N,
+    num_slots,
     page_stride,
     PS: tl.constexpr,
     D: tl.constexpr,
@@ -66,7 +67,8 @@ def insert_kernel(
     rows = tl.program_id(0).to(tl.int64) * BN + tl.arange(0, BN)
     row_ok = rows < N
     slot = tl.load(slot_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
-    ok = row_ok & (slot >= 0)
+    # unvalidated calls may pass any slot: only [0, num_slots) is ever written
+    ok = row_ok & (slot >= 0) & (slot < num_slots)
     data_row, scale_row = _slot_rows(
         storage_ptr, tl.maximum(slot, 0), page_stride, PS, DATA_BYTES, SCALE_BYTES
     )
@@ -82,8 +84,9 @@ def insert_kernel(
         ye = xe * c - xo * s
         yo = xe * s + xo * c
         if X_BF16:  # the reference rounds the rotated row back to x.dtype before quantizing
-            ye = bf16_round_f32(ye)
-            yo = bf16_round_f32(yo)
+            # (a NaN stays NaN: the integer rounding would turn some NaN patterns into -0)
+            ye = tl.where(ye != ye, ye, bf16_round_f32(ye))
+            yo = tl.where(yo != yo, yo, bf16_round_f32(yo))
         xe = tl.where(is_rope, ye, xe)
         xo = tl.where(is_rope, yo, xo)
     quantize_store(xe, xo, ok, data_row, scale_row, FMT, QB, NG, NGROUPS)
@@ -95,6 +98,7 @@ def gather_kernel(
     slot_ptr,
     out_ptr,
     N,
+    num_slots,
     page_stride,
     PS: tl.constexpr,
     D: tl.constexpr,
@@ -109,7 +113,7 @@ def gather_kernel(
     rows = tl.program_id(0).to(tl.int64) * BN + tl.arange(0, BN)
     row_ok = rows < N
     slot = tl.load(slot_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
-    valid = row_ok & (slot >= 0)
+    valid = row_ok & (slot >= 0) & (slot < num_slots)  # others read as zeros, never loaded
     data_row, scale_row = _slot_rows(
         storage_ptr, tl.maximum(slot, 0), page_stride, PS, DATA_BYTES, SCALE_BYTES
     )
@@ -138,6 +142,7 @@ def launch_insert(
         sin if rope else x,
         cache.storage,
         n,
+        cache.num_slots,
         cache.page_stride,
         PS=cache.page_size,
         D=d,
@@ -166,6 +171,7 @@ def launch_gather(cache: PagedCache, slots: torch.Tensor, out: torch.Tensor) -> 
         slots,
         out.view(torch.int16),
         n,
+        cache.num_slots,
         cache.page_stride,
         PS=cache.page_size,
         D=d,

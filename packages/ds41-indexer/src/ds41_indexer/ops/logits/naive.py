@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ds41_cache.alloc import empty
 from ds41_cache.insert import gather
+from ds41_cache.outputs import empty
 from ds41_cache.paged import PagedCache
 
 BF16_MAX = torch.finfo(torch.bfloat16).max

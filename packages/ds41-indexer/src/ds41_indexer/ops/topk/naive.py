@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ds41_cache.alloc import empty
+from ds41_cache.outputs import empty
 
 INDEX_BITS = 31
 """Entry indices live in the low 31 bits of a composite key."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ds41_cache.alloc import empty
+from ds41_cache.outputs import empty
 
 
 def rowwise_matmul(x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:

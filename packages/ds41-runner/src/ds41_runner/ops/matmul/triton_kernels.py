@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ds41_cache.alloc import empty
+from ds41_cache.outputs import empty
 
 from .plan import BLOCK_K, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_WARPS, MatmulPlan
 
