@@ -188,7 +188,8 @@ class Engine:
         )
         self.stats = EngineStats()
         self.on_step: Callable[[Engine, StepRecord], None] | None = None
-        """Called after every step (progress display)."""
+        """Called at the end of every `step()` that launched or finished a step, with the
+        latest step's record (progress display; `stats.generated` counts what came back)."""
         self._next_id = 0
         self._live: dict[int, Request] = {}
         self._finished_ids: set[int] = set()
@@ -406,8 +407,11 @@ class Engine:
             launched = True
         self._step_no += 1
         keep = 1 if (self.overlap and launched) else 0
+        processed = len(self._inflight) > keep
         while len(self._inflight) > keep:
             self._process(self._inflight.popleft())
+        if self.on_step is not None and (launched or processed) and self.stats.records:
+            self.on_step(self, self.stats.records[-1])
         running = self.sched.running
         if not launched and not self._inflight and running and all(r.pending == 0 for r in running):
             raise RuntimeError("requests wait for results that no step will deliver")
@@ -523,8 +527,6 @@ class Engine:
         st.prefill_rows += t - decode_rows
         st.graph_replays += int(launched.graph)
         st.records.append(rec)
-        if self.on_step is not None:
-            self.on_step(self, rec)
 
     def _process(self, fl: _InFlight) -> None:
         """Hand a finished step's tokens and log-probs to their requests."""
