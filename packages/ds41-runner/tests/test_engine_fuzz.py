@@ -22,6 +22,7 @@ environment variable HYPOTHESIS_PROFILE (e.g. `HYPOTHESIS_PROFILE=long pytest ..
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -142,10 +143,8 @@ SEEDS = st.one_of(st.integers(0, 7), st.integers(-(2**63), 2**63 - 1))
 
 def note(label: str, n: int) -> None:
     """A Hypothesis statistics event (ignored when a machine runs outside Hypothesis)."""
-    try:
+    with contextlib.suppress(InvalidArgument):
         event(f"{label}: {bucket(n)}")
-    except InvalidArgument:
-        pass
 
 
 def bucket(n: int) -> str:
