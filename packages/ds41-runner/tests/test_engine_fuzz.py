@@ -50,7 +50,7 @@ settings.register_profile(
     "ci",
     derandomize=True,
     database=None,
-    max_examples=25,
+    max_examples=60,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=_SUPPRESS,
@@ -58,6 +58,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "long",
+    database=None,  # no .hypothesis/ folder in the tree; a failure prints its reproduce blob
     max_examples=1000,
     stateful_step_count=60,
     deadline=None,
@@ -513,7 +514,11 @@ class RealEngineMachine(EngineMachine):
         assert sorted(eng.sched._free_slots) == list(range(eng.max_requests)), "slots leaked"
 
 
-TestEngineReal = RealEngineMachine.TestCase
+# ~1 s per real step on a loaded CI machine: in CI the fixed sequences below cover the real
+# model; the random machine runs under the `long` profile.
+TestEngineReal = pytest.mark.skipif(
+    PROFILE == "ci", reason="the real-model machine runs under HYPOTHESIS_PROFILE=long"
+)(RealEngineMachine.TestCase)
 TestEngineReal.settings = settings(
     BASE_SETTINGS,
     max_examples=2 * REAL_SCALE,
