@@ -14,7 +14,8 @@ PIP_* variables), which is how this kind of machine finds the local CPU torch wh
 the CPU (TRITON_INTERPRET=1).
 
 Other sessions: `run` (the main job: the runner's Hydra app; overrides after `--`), `fuzz`
-(the package suites under the long Hypothesis profile), `build` (wheel + sdist per package into
+(the package suites under the long Hypothesis profile), `soak` (the engine soak, ~2 minutes;
+CI runs its 20-second smoke inside tests(runner)), `build` (wheel + sdist per package into
 dist/), `gpu` and `bench` (for machines with a CUDA device and nox; the lent H200 has no nox,
 see `scripts/gpu_check.sh`).
 """
@@ -152,6 +153,16 @@ def fuzz(session: nox.Session, package: str) -> None:
         "pytest", f"packages/ds41-{package}/tests", "-n", "2", *session.posargs,
         env=CPU_ENV | {"HYPOTHESIS_PROFILE": "long"},
     )  # fmt: skip
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The engine soak (`python -m ds41_runner.soak`): ~2 minutes of random arrivals, aborts,
+    chunk sizes and preemption on the CPU `tiny` model, a sample checked bitwise against each
+    request alone, zero leaks; pass other arguments after `--` (e.g. `-- --seconds 600`)."""
+    _install(session, ALL)
+    args = session.posargs or ["--seconds", "120", "--requests", "100000", "--seed", "0"]
+    session.run("python", "-m", "ds41_runner.soak", *args, "--json", "soak.json", env=CPU_ENV)
 
 
 @nox.session

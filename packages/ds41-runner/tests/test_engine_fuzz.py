@@ -70,10 +70,10 @@ if PROFILE not in ("ci", "long"):
     raise ValueError(f"HYPOTHESIS_PROFILE must be 'ci' or 'long', got {PROFILE!r}")
 BASE_SETTINGS = settings.get_profile(PROFILE)
 REAL_SCALE = 1 if PROFILE == "ci" else 10
-SCORE_PREEMPTION_FIXED = False
-"""A preempted score request re-emits the targets it already returned (engine bug, see
-`test_preempted_score_request_returns_each_target_once`); until it is fixed the machines add
-score requests only to engines whose cache never preempts. Set True once that test passes."""
+SCORE_PREEMPTION_FIXED = True
+"""A preempted score request re-emitted the targets it had already returned (found by this
+machine, fixed: `test_preempted_score_request_returns_each_target_once`); the machines add
+score requests to engines that preempt too."""
 """The real-model machine is ~100x slower per step than the fake one."""
 
 # ---------------------------------------------------------------------------- requests
@@ -555,13 +555,6 @@ def test_real_model_fixed_sequence(overlap: bool) -> None:
 # ---------------------------------------------------------------------------- found bugs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: a preempted score request samples its targets again from k = 0 "
-    "(Engine._launch takes the first logit row from num_computed, which preemption resets), "
-    "so targets already returned come back twice: the request finishes early with wrong "
-    "tokens and log-probs, or overshoots len(targets) and the engine raises RuntimeError",
-)
 @pytest.mark.parametrize("chunk_size", [4, 2])
 def test_preempted_score_request_returns_each_target_once(chunk_size: int) -> None:
     from test_engine_scheduler import make_engine

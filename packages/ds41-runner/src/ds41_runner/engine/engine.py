@@ -426,10 +426,12 @@ class Engine:
         for req, n in plan.entries:
             end = req.num_computed + n
             if req.score_from is not None:
-                # Rows at positions p >= score_from - 1 predict target p - score_from + 1.
-                first = max(req.num_computed, req.score_from - 1)
+                # Rows at positions p >= score_from - 1 predict target p - score_from + 1;
+                # after a preemption, targets already launched are not scored again.
+                first = max(req.num_computed, req.score_from - 1 + req.targets_launched)
                 for p in range(first, end):
                     samples.append((req, p - req.score_from + 1))
+                req.targets_launched = max(req.targets_launched, end - req.score_from + 1)
             elif end == req.length:
                 samples.append((req, -1))
         s = len(samples)

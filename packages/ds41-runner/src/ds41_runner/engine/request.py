@@ -58,6 +58,10 @@ class Request:
     """How errors name the request (`request <index>` unless the caller says otherwise)."""
     score_from: int | None = None
     targets: list[int] = field(default_factory=list)
+    targets_launched: int = 0
+    """Score targets whose rows a launched step has computed (returned or in flight). A
+    preempted score request recomputes its earlier rows for the cache only: they are not
+    scored again."""
     generated: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     rows: list[torch.Tensor] = field(default_factory=list)

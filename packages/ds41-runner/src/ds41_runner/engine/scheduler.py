@@ -266,7 +266,11 @@ class Scheduler:
         self.failed.append(req)
 
     def _too_big_message(self, req: Request, exc: BaseException) -> str:
+        # CacheFullError's own text names the cache slot ("request <slot>"), not the request.
+        short = ""
+        if isinstance(exc, CacheFullError):
+            short = f": {exc.needed} more page(s) needed, {exc.free} free"
         return (
             f"{req.label}: the cache is too small for this request alone "
-            f"(needs room for {req.num_computed + 1}+ of its {req.length} tokens; {exc})"
+            f"(needs room for {req.num_computed + 1}+ of its {req.length} tokens{short})"
         )
