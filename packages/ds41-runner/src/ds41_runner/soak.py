@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .config import compose
+from .app_config import compose
 from .engine import Engine, Request, RequestOutput
 
 PAGE_SIZE = 4
