@@ -49,11 +49,6 @@ class StepPlan:
     def num_rows(self) -> int:
         return sum(n for _, n in self.entries)
 
-    @property
-    def decode_only(self) -> bool:
-        """Every row is the last pending row of its request (a decode step)."""
-        return bool(self.entries) and all(n == 1 and r.pending == 1 for r, n in self.entries)
-
     def __bool__(self) -> bool:
         return bool(self.entries)
 
@@ -82,7 +77,6 @@ class Scheduler:
         self._admit_counter = 0
         self.preemptions = 0
         self.failed: list[Request] = []
-        self.finished: list[Request] = []
 
     # ------------------------------------------------------------------ queue state
     def add(self, requests: list[Request]) -> None:
@@ -227,20 +221,12 @@ class Scheduler:
         if req in self.waiting:
             self.waiting.remove(req)
         req.status = Status.FINISHED
-        self.finished.append(req)
 
     # ------------------------------------------------------------------ helpers
     def slot_of(self, req: Request) -> int:
         if req.slot is None:
             raise RuntimeError(f"request {req.index} has no cache slot")
         return req.slot
-
-    def abort(self) -> None:
-        """Give back the slots of every running request (after an error mid-run)."""
-        for req in list(self.running):
-            self._release(req)
-            req.status = Status.FAILED
-            req.error = req.error or f"{req.label}: aborted"
 
     def _release(self, req: Request) -> None:
         if req.slot is not None:
