@@ -583,21 +583,15 @@ class Engine:
 
     def _fail(self, req: Request, message: str) -> None:
         req.error = message
-        self.sched.finish(req)
+        self._finish(req, "error")
         req.status = Status.FAILED
-        req.finish_reason = "error"
         self.stats.failed += 1
-        self._live.pop(req.index, None)
-        self._finished_ids.add(req.index)
-        self._outbox.append(RequestOutput(req.index, [], [], True, "error", message))
 
     def _collect_failed(self) -> None:
+        """Report the requests the scheduler failed (it already freed them)."""
         while self.sched.failed:
             req = self.sched.failed.pop(0)
-            self.stats.failed += 1
-            self._live.pop(req.index, None)
-            self._finished_ids.add(req.index)
-            self._outbox.append(RequestOutput(req.index, [], [], True, "error", req.error))
+            self._fail(req, req.error or f"{req.label}: failed")
 
     def _fail_all(self, message: str) -> None:
         for req in list(self._live.values()):
