@@ -130,3 +130,34 @@ def test_padded_step_graphs_equal_eager(cold: Engine, overlap: bool) -> None:
     for i, p in enumerate(prompts):
         (a,) = cold.generate([p], 4, seeds=[i + 1], temperature=[0, 1, 0.5][i])
         assert_same(res[i], a)
+
+
+def test_non_finite_activation_names_request_position_and_layer() -> None:
+    """A NaN/inf born in a known block fails exactly the requests it reaches, naming the
+    request, the position and the first block whose output was non-finite; the other
+    requests are bitwise unchanged and nothing leaks."""
+    eng = make("prefix_cache=false")
+    ok, bad = rand_tokens(5, 6), rand_tokens(6, 6)
+    poison = bad[-1]
+    ok = [t for t in ok if t != poison]
+    ref = eng.generate([ok], NEW, seeds=[1])[0]
+    w = eng.model.weights
+    # 1) An inf embedding row: the row of that token is non-finite from the embedding on.
+    saved = w.embed[poison].clone()
+    w.embed[poison] = float("inf")
+    res = eng.generate([ok, bad], NEW, seeds=[1, 2])
+    w.embed[poison] = saved
+    assert_same(res[0], ref)
+    err = str(res[1].error)
+    assert not res[1].ok and "request 1" in err and f"position {len(bad) - 1}" in err, err
+    assert "first in the embedding" in err, err
+    assert eng.kv.num_free_pages() == eng.kv.num_pages
+    # 2) A NaN weight of layer 3's MLP: every row turns NaN in that block, not before.
+    w2 = w.layers[3].w2
+    saved = w2[:, 0].clone()
+    w2[:, 0] = float("nan")
+    res = eng.generate([ok], NEW, seeds=[1])
+    w2[:, 0] = saved
+    assert "first in layer 3's MLP block" in str(res[0].error), res[0].error
+    # The weights are restored: the same request runs again, bitwise as before.
+    assert_same(eng.generate([ok], NEW, seeds=[1])[0], ref)

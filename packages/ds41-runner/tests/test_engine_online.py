@@ -246,9 +246,13 @@ def test_non_finite_log_probs_fail_that_request_only() -> None:
     poison = 7  # rows whose input token is this id produce NaN log-probs
 
     class NaNModel(FakeModel):
-        def forward(self, tokens, req_idx, pos, kv, *, validate=True, logit_rows=None):  # type: ignore[no-untyped-def]
-            out = super().forward(tokens, req_idx, pos, kv, validate=validate)
+        def forward(self, tokens, req_idx, pos, kv, *, validate=True, logit_rows=None,  # type: ignore[no-untyped-def]
+                    nonfinite_stage=None):  # fmt: skip
+            out = super().forward(tokens, req_idx, pos, kv, validate=validate,
+                                  nonfinite_stage=nonfinite_stage)  # fmt: skip
             out[tokens == poison] = float("nan")
+            if nonfinite_stage is not None:  # as if layer 1's attention block made the NaN
+                nonfinite_stage[tokens == poison] = 3
             return out if logit_rows is None else out[logit_rows]
 
     good = [1, 2, 3, 4]
@@ -264,6 +268,7 @@ def test_non_finite_log_probs_fail_that_request_only() -> None:
         last = outs[bad][-1]
         assert last.finish_reason == "error" and "request 0" in str(last.error)
         assert "position 2" in str(last.error) and "non-finite" in str(last.error)
+        assert "layer 1's attention block" in str(last.error)
         assert [t for o in outs[ok] for t in o.new_token_ids] == run_alone(good, max_new_tokens=4)[
             0
         ]

@@ -135,8 +135,11 @@ class FakeModel:
     def forward(
         self, tokens: torch.Tensor, req_idx: torch.Tensor, pos: torch.Tensor, kv: FakeKV,
         *, validate: bool = True, logit_rows: torch.Tensor | None = None,
+        nonfinite_stage: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
         self.calls.append(len(tokens))
+        if nonfinite_stage is not None:
+            nonfinite_stage.fill_(-1)
         out = torch.empty(len(tokens), VOCAB, dtype=torch.float32)
         last: dict[int, int] = {}
         for t, (tok, r, p) in enumerate(

@@ -15,7 +15,7 @@ WINDOW_FORMATS = ("mxfp8", "bf16")
 COMPRESSED_FORMATS = ("mxfp8", "nvfp4", "bf16")
 """Compressed cache formats the kernels read."""
 GLUON_DEFAULT = True
-"""Whether `backend="auto"/"triton"` picks the Hopper Gluon kernel where it can run (sm_90, D = 512).
+"""Whether `backend="auto"/"triton"` picks the Hopper Gluon kernel (sm_90, D = 512) where it runs.
 
 On: the kernel passed its GPU tests on the H200 (float64 bound, row alone == in batches up to
 512, graph == eager) and is 5-14% faster than the Triton kernel. Set it to False to pin the

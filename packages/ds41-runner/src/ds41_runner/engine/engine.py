@@ -32,6 +32,7 @@ from omegaconf import DictConfig
 from ds41_cache.backend import canonical_device
 
 from ..app_config import RunConfig, Validated, resolve_kv_dtype, validate
+from ..model.model import nonfinite_stage_name
 from .graphs import Launched, StepKV, StepModel, StepRunner, default_buckets
 from .prefix_cache import PrefixCache
 from .request import FinishReason, Request, RequestOutput, Result, SamplingParams, Status
@@ -532,7 +533,7 @@ class Engine:
 
     def _process(self, fl: _InFlight) -> None:
         """Hand a finished step's tokens and log-probs to their requests."""
-        tokens, logprobs = fl.launched.wait()
+        tokens, logprobs, stages = fl.launched.wait()
         t0 = time.perf_counter()
         new: dict[int, tuple[Request, list[int], list[float]]] = {}
         for j, (req, k) in enumerate(fl.samples):
@@ -540,10 +541,11 @@ class Engine:
                 continue  # aborted, failed or stopped while this step ran: its rows are waste
             if not math.isfinite(logprobs[j]):
                 # A NaN/inf activation: fail this request alone (its rows never mix with
-                # others). Which layer produced it is only known with validate=True checks.
+                # others), naming the first block whose output was non-finite.
                 p = req.known - 1 if k < 0 else (req.score_from or 0) - 1 + k
                 self._fail(req, f"{req.label}: the model produced a non-finite log-prob at "
-                                f"position {p} (NaN or inf activations)")  # fmt: skip
+                                f"position {p} (NaN or inf activations, first in "
+                                f"{nonfinite_stage_name(stages[j])})")  # fmt: skip
                 continue
             if k < 0:
                 req.inflight -= 1

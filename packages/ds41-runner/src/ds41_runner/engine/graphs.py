@@ -23,6 +23,9 @@ import torch
 from ..ops.sampling import sample
 from .step_io import HostBuffers, StepInputs, StepLayout, device_views, fill_padding
 
+OUT_SECTIONS = 3
+"""Sections of a step's packed output, `capacity` int64 each: tokens, log-prob bits, stages."""
+
 MAX_BUCKET = 2048
 """Largest captured step (rows); larger steps run eagerly."""
 
@@ -49,6 +52,7 @@ class StepModel(Protocol):
         *,
         validate: bool = True,
         logit_rows: torch.Tensor | None = None,
+        nonfinite_stage: torch.Tensor | None = None,
     ) -> torch.Tensor: ...
 
 
@@ -75,15 +79,17 @@ class Launched:
     rows: torch.Tensor | None
     graph: bool
 
-    def wait(self) -> tuple[list[int], list[float]]:
-        """Sampled (or target) tokens and their log-probs of the `logit_rows` real rows."""
+    def wait(self) -> tuple[list[int], list[float], list[int]]:
+        """Sampled (or target) tokens, their log-probs and the first non-finite stage of each
+        row (`Model.forward(nonfinite_stage=)`; -1 = none) of the `logit_rows` real rows."""
         if self.event is not None:
             self.event.synchronize()
         s, cap = self.logit_rows, self.capacity
-        packed = self.out_host[: 2 * cap].numpy()
+        packed = self.out_host[: OUT_SECTIONS * cap].numpy()
         tokens = packed[:s].tolist()
         logprobs = packed[cap : cap + s].astype(np.int32).view(np.float32).tolist()
-        return tokens, logprobs
+        stages = packed[2 * cap : 2 * cap + s].tolist()
+        return tokens, logprobs, stages
 
 
 class StepRunner:
@@ -146,18 +152,23 @@ class StepRunner:
     # ------------------------------------------------------------------ the step body
     def body(self, inp: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """Model, sampler and token bookkeeping on the device: returns the packed outputs
-        int64 `[2S]` (tokens, then fp32 log-prob bits) and the log-prob rows f32 `[S, V]`."""
+        int64 `[3S]` (tokens, fp32 log-prob bits, first non-finite stage) and the log-prob
+        rows f32 `[S, V]`."""
         own = inp.token_source >= 0
         carried = self.slot_tokens.index_select(0, inp.token_source.clamp(min=0))
         tokens = torch.where(own, carried, inp.tokens)
+        stage = torch.empty_like(tokens)
         logp = self.model.forward(
-            tokens, inp.req_idx, inp.pos, self.kv, validate=False, logit_rows=inp.rows
-        )
+            tokens, inp.req_idx, inp.pos, self.kv, validate=False, logit_rows=inp.rows,
+            nonfinite_stage=stage,
+        )  # fmt: skip
         new = sample(logp, inp.seeds, inp.positions, inp.temperature, inp.top_k, inp.top_p)
         chosen = torch.where(inp.targets >= 0, inp.targets, new)
         lp = logp.gather(1, chosen[:, None])[:, 0]
         self.slot_tokens.index_copy_(0, inp.store_slot, new)
-        out = torch.cat([chosen, lp.view(torch.int32).to(torch.int64)])
+        out = torch.cat(
+            [chosen, lp.view(torch.int32).to(torch.int64), stage.index_select(0, inp.rows)]
+        )
         return out, logp
 
     # ------------------------------------------------------------------ graphs
@@ -228,7 +239,7 @@ class StepRunner:
             out, logp = cap.out, cap.logp
         else:
             out, logp = self.body(device_views(dev, layout))
-        n = 2 * layout.logit_rows
+        n = OUT_SECTIONS * layout.logit_rows
         out_host, k = self.host_out.take(n)
         out_host[:n].copy_(out, non_blocking=True)
         event = self.host_out.record(k)

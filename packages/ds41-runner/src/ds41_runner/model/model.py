@@ -20,6 +20,28 @@ from .kv import KVState
 from .layers import Runtime, StepContext, attention_block, entry_slots, mlp_block
 from .weights import ModelWeights, init_weights
 
+NO_NONFINITE_STAGE = -1
+"""`nonfinite_stage` of a row whose embedding and every block output were finite."""
+
+
+def nonfinite_stage_name(stage: int) -> str:
+    """Where a row first turned non-finite, from `Model.forward(nonfinite_stage=)`'s code:
+    0 = the embedding, 1 + 2l = layer l's attention block, 2 + 2l = layer l's MLP block,
+    -1 = none of those (so the final norm, the LM head or the log-softmax)."""
+    if stage == NO_NONFINITE_STAGE:
+        return "the final norm / LM head (every layer's output was finite)"
+    if stage == 0:
+        return "the embedding"
+    layer, block = divmod(stage - 1, 2)
+    return f"layer {layer}'s {'attention' if block == 0 else 'MLP'} block"
+
+
+def _mark_nonfinite(first: torch.Tensor, x: torch.Tensor, stage: int) -> None:
+    """`first[t] = stage` for rows of `x` with a NaN/inf that no earlier stage marked (device
+    only, no host sync, so it runs inside a CUDA graph)."""
+    bad = ~torch.isfinite(x).all(dim=-1)
+    first.copy_(torch.where(bad & (first == NO_NONFINITE_STAGE), stage, first))
+
 
 def _rope_tables(cfg: ModelConfig, device: torch.device) -> dict[int, torch.Tensor]:
     """0: plain `rope_theta` (ratio-0 layers); 1: YaRN `compress_rope_theta` (ratio > 0)."""
@@ -128,6 +150,7 @@ class Model:
         validate: bool = True,
         capture: dict[str, Any] | None = None,
         logit_rows: torch.Tensor | None = None,
+        nonfinite_stage: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`tokens: int64 [T]`, `req_idx: int32 [T]` (-1 = padding), `pos: int32 [T]` ->
         log-probabilities f32 `[T, V]`, or `[S, V]` for the rows `logit_rows: int64 [S]` only
@@ -138,11 +161,24 @@ class Model:
         is unspecified). `validate=False` skips every check that syncs with the host.
         `capture`, when a dict, receives per-layer intermediates (`attn{l}`, `lse{l}`,
         `topk{l}`, `latent{l}`, `emit{l}`, `candidates{l}`) for tests.
+        `nonfinite_stage: int64 [T]`, when given, receives for each row the first stage whose
+        output had a NaN/inf (`nonfinite_stage_name` reads it; -1 = none): the engine names
+        the layer of a non-finite log-prob without a host sync (one reduction per block).
 
         Pending block-table changes of `kv` are uploaded first (`kv.flush()`); under CUDA-graph
         capture the caller must have flushed them already.
         """
         self._check_inputs(tokens, req_idx, pos, kv)
+        if nonfinite_stage is not None and (
+            nonfinite_stage.shape != tokens.shape
+            or nonfinite_stage.dtype != torch.int64
+            or nonfinite_stage.device != self.device
+        ):
+            raise TypeError(
+                f"nonfinite_stage must be int64 {list(tokens.shape)} on {self.device}, got "
+                f"{nonfinite_stage.dtype} {list(nonfinite_stage.shape)} on "
+                f"{nonfinite_stage.device}"
+            )
         if logit_rows is not None and (
             logit_rows.dim() != 1
             or logit_rows.dtype != torch.int64
@@ -161,11 +197,18 @@ class Model:
         ctx = StepContext(req_idx, pos, valid, win_slots, kv, validate, capture=capture)
         tok = torch.where(valid, tokens, torch.zeros_like(tokens)).clamp(0, cfg.vocab_size - 1)
         x = w.embed[tok]
+        if nonfinite_stage is not None:
+            nonfinite_stage.fill_(NO_NONFINITE_STAGE)
+            _mark_nonfinite(nonfinite_stage, x, 0)
         eps = cfg.rms_norm_eps
         for plan, lw in zip(self.plans, w.layers, strict=True):
             h = rt.norm(x, lw.attn_norm, eps)
             x = x + attention_block(cfg, plan, lw, h, ctx, rt)
+            if nonfinite_stage is not None:
+                _mark_nonfinite(nonfinite_stage, x, 1 + 2 * plan.layer)
             x = x + mlp_block(lw, rt.norm(x, lw.mlp_norm, eps), rt)
+            if nonfinite_stage is not None:
+                _mark_nonfinite(nonfinite_stage, x, 2 + 2 * plan.layer)
             if capture is not None:
                 capture[f"hidden{plan.layer}"] = x
         if logit_rows is not None:
