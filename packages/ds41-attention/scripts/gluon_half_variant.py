@@ -11,6 +11,15 @@ consumer kernel's 0.86-0.95x (BENCHMARKS.md). `launch_gluon_half(...)` has the a
 
 from __future__ import annotations
 
+from gluon_v1 import (  # the previous kernel, in this folder
+    BLOCK_H,
+    BLOCK_N,
+    NRAW,
+    _decode,
+    _issue_copy,
+    _pair_layout,
+    _tile_slots,
+)
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -21,15 +30,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ds41_attention.ops.sparse_attention.gluon_kernels import (
-    BLOCK_H,
-    BLOCK_N,
-    NRAW,
-    _decode,
-    _issue_copy,
-    _pair_layout,
-    _tile_slots,
-)
 from ds41_attention.ops.sparse_attention.gluon_launch import launch_with
 
 REGS_WORKER = gl.constexpr(232)
@@ -696,4 +696,4 @@ def _gluon_sparse_attn_kernel(
 
 def launch_gluon_half(*args, **kwargs):
     """Run the variant: same arguments and results as `launch_gluon_sparse_attention`."""
-    return launch_with(_gluon_sparse_attn_kernel, {}, *args, **kwargs)
+    return launch_with(_gluon_sparse_attn_kernel, {}, *args, io_words=True, **kwargs)

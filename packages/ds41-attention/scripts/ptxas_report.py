@@ -53,6 +53,7 @@ def report(cfg: KernelConfig | None, d: int = 512, w_fmt: int = 0, c_fmt: int = 
 
         cx: dict[str, int | bool] = {"W_FMT": w_fmt, "C_FMT": c_fmt}
         sig, attrs = signature(gk._gluon_sparse_attn_kernel, cx)
+        sig["q_ptr"] = sig["out_ptr"] = "*bf16"  # the Gluon kernel reads / writes bf16
         src = GluonASTSource(gk._gluon_sparse_attn_kernel, sig, cx, attrs)
         opts: dict[str, int] = {"num_warps": gk.GLUON_NUM_WARPS, "maxnreg": gk.GLUON_MAXNREG}
     else:

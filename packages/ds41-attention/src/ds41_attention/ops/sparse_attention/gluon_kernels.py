@@ -2,32 +2,35 @@
 """Hopper (sm_90a) Gluon kernel of SPEC section 8: the batch-invariant path, warp specialized.
 
 Contract (as the Triton kernel's): one program per (row, head block of 64) walks that row's
-keys in the fixed order (window ascending, then compressed ascending) in tiles of BLOCK_N, no
-split over keys, configuration fixed for (H, D); records are decoded in the kernel (no
+keys in the fixed order (window ascending, then compressed ascending) in tiles of BLOCK_N = 32,
+no split over keys, configuration fixed for (H, D); records are decoded in the kernel (no
 gathered bf16 copy); a row's bits do not depend on the other rows.
 
 Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three warpgroups,
-`gl.warp_specialize`):
-- producer (4 warps, 104 registers): cp.async gathers the records (data and scale bytes) of
-  the tiles NRAW ahead into a raw ring; for each tile it waits until both consumers released
-  the K stage, decodes the whole tile into bf16 K tiles in NVMMA-swizzled shared memory (two
-  stages) and signals the stage's mbarrier. It also stores Q in shared memory once.
-- two consumers (4 warps, 200 registers each; consumer C owns output channels
-  [256 C, 256 C + 256), a 64x256 fp32 accumulator): Q.K^T over the whole D with `wgmma` from
-  shared memory (both compute the same scores from the same operands, so their softmax
-  statistics agree bit for bit), the online softmax, P.V over their half (P from registers),
-  then release the stage.
-Decode of tile i+1 (producer ALU) overlaps the products of tile i (consumer tensor cores); the
-only global loads a tile waits on are its slot indices, loaded one tile ahead.
+`gl.warp_specialize`, registers re-balanced to 200 / 168 / 136):
+- producer (4 warps): gathers the records (data and scale bytes) of the tiles NRAW ahead with
+  16-byte cp.async into a raw ring (the slot indices one tile further ahead); keys outside the
+  row or with a bad slot are masked copies, which zero-fill, so they decode to zeros. It
+  decodes each tile into bf16 K tiles in NVMMA-swizzled shared memory (KS stages, two halves
+  of D in channel order) and signals the stage's mbarrier. It also stores Q once.
+- consumer 0 (4 warps, a 64x256 fp32 accumulator for channels [0, 256)): Q.K^T of the whole
+  tile (wgmma from shared memory; the product of tile j + 1 is issued before the softmax of
+  tile j so the tensor cores run during it), the online softmax, P (bf16) and the rescale
+  factor into shared memory for consumer 1 (double buffered), P.V over its half with P from
+  registers; it writes lse and the denominators for consumer 1.
+- consumer 1 (4 warps, channels [256, 512)): rescale, P.V with P from shared memory.
+A K stage is free again when both consumers arrived on its mbarrier.
 
-Channels are kept in (even, odd) halves, as in the Triton kernel: one NVFP4 byte, one MXFP8
-16-bit word and one bf16 32-bit word hold a channel pair, so a tile half is a [BLOCK_N, 128]
-array of pairs in every format. Q, K and the accumulators use the permutation
-(half, parity, pair); the output is written back in channel order.
+Decode (every product exact in bf16, SPEC section 4): e4m3 bytes go through the hardware
+e4m3x2 -> f16x2 conversion, f32, a bf16x2 pack and one bf16x2 multiply by the block scale
+(ue8m0 scales are built as bf16 bits, byte 0 = 2^-127 as the bf16 subnormal); NVFP4 nibbles
+become e4m3 bytes with a few word-wide bit operations (inline PTX, four bytes at a time):
+e2m1 code c (3 magnitude bits) as the e4m3 byte `c << 2` is exactly c * 2^-6, the 2^6 goes
+into the scale.
 
 Only D = 512 (the V4.1 geometry) is supported; the Triton kernel serves every other shape.
-`packages/ds41-attention/scripts/gluon_half_variant.py` keeps the measured-slower variant
-(two symmetric warpgroups, each decoding its own half).
+`packages/ds41-attention/scripts/gluon_lab.py` is a copy with profiling switches (stage
+drops, stage counts) and `scripts/gluon_v1.py` the previous kernel, for A/B runs.
 """
 
 from triton.experimental import gluon
@@ -43,41 +46,27 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 GLUON_D = 512
 GLUON_BLOCK_H = 64
 GLUON_BLOCK_N = 32
+GLUON_NUM_WARPS = 4
+GLUON_KSTAGES = 3  # K stages (2 when a cache holds bf16 records: their raw ring is larger)
 GLUON_RAW_STAGES = 2
-GLUON_NUM_WARPS = 4  # per partition: one warpgroup (3 partitions, 12 warps)
-# the partitions read the tile configuration as globals (constexpr arguments of the kernel
-# reach the partitions only when the argument tuples are written inline in the
-# gl.warp_specialize call, as below)
+# Register split: the launch caps every thread at GLUON_MAXNREG (12 warps x 32 x 168 fit the
+# 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 168, the
+# producer to 136, and Triton gives the default partition (consumer 0) what is left: 200.
+GLUON_MAXNREG = 168
 D = gl.constexpr(GLUON_D)
+HALF = gl.constexpr(GLUON_D // 2)
 BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
 BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
 NRAW = gl.constexpr(GLUON_RAW_STAGES)
-
-
-@gluon.constexpr_function
-def _pair_layout():
-    # [BLOCK_N, 128] pairs: each thread holds 8 consecutive pairs of one key (16-byte loads)
-    return gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+SUB = gl.constexpr(16)  # keys decoded per step (register pressure)
+C1_REGS = gl.constexpr(168)
+PRODUCER_REGS = gl.constexpr(136)
 
 
 @gluon.jit
-def _tile_slots(
-    i,
-    n_w,
-    total,
-    swa_row,
-    swa_len,
-    comp_row,
-    comp_len,
-    w_slots,
-    c_slots,
-    HAS_COMP: gl.constexpr,
-    layout: gl.constexpr,
-):
-    """(slot int64 clamped to >= 0, validity) of tile i's keys, in `layout`.
-
-    A key is valid when its tile exists, it lies within its list's length, its slot is >= 0
-    and below its cache's slot count (so no input makes the kernel read outside the caches)."""
+def _tile_slots(i, n_w, total, swa_row, swa_len, comp_row, comp_len, w_slots, c_slots,
+                HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """(slot int64 clamped to >= 0, validity) of tile i's keys, in `layout`."""
     offs = gl.arange(0, BLOCK_N, layout=layout)
     jw = i * BLOCK_N + offs
     in_w = jw < swa_len
@@ -93,159 +82,144 @@ def _tile_slots(
     return gl.maximum(slots, 0).to(gl.int64), valid
 
 
+@gluon.constexpr_function
+def _words(fmt):
+    # int32 words per key and half of D in the raw ring: MXFP8 64, NVFP4 32, bf16 128
+    f = int(fmt)
+    return 64 if f == 0 else (32 if f == 1 else (128 if f == 2 else 0))
+
+
+@gluon.constexpr_function
+def _raw_words(w_fmt, c_fmt):
+    w, c = int(w_fmt), int(c_fmt)
+    ww = 64 if w == 0 else (32 if w == 1 else 128)
+    cw = 64 if c == 0 else (32 if c == 1 else (128 if c == 2 else 0))
+    return max(ww, cw)
+
+
+@gluon.constexpr_function
+def _kstages(w_fmt, c_fmt):
+    # bf16 records need a raw ring twice as large: two K stages then fit shared memory
+    return 2 if 2 in (int(w_fmt), int(c_fmt)) else GLUON_KSTAGES
+
+
 @gluon.jit
-def _issue_copy(
-    raw, scl, st_ptr, page_stride, page_size, slots, valid, FMT: gl.constexpr, C: gl.constexpr
-):
-    """cp.async this warpgroup's half (channels [256 C, 256 C + 256)) of the tile's data
-    bytes into `raw` (int32 [BLOCK_N, 128]) and 16 scale bytes per key into `scl` (uint8
-    [BLOCK_N, 16]: MXFP8 the key's 16 ue8m0 bytes, NVFP4 this half's 16 e4m3 bytes);
-    invalid keys copy nothing (their bytes are never used)."""
+def _issue_copy(raw_smem, rs, scl, st_ptr, page_stride, page_size, slots, valid,
+                FMT: gl.constexpr):  # fmt: skip
+    """cp.async both halves of the tile's data bytes into ring slot rs of `raw_smem` (int32
+    [2 NRAW, BLOCK_N, RW]: entry 2 rs + h holds channels [256 h, 256 h + 256) of each key,
+    packed at FMT's width) and the scale bytes into `scl` (uint8 [BLOCK_N, 32]: MXFP8 16
+    ue8m0 per key, NVFP4 32 e4m3)."""
     page = slots // page_size
     off = slots % page_size
     base = page * page_stride
     plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    sl_lay: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [4, 1], [1, 0])
-    ks = gl.arange(0, 16, layout=gl.SliceLayout(0, sl_lay))
-    vs = gl.convert_layout(valid, gl.SliceLayout(1, sl_lay))
+    W: gl.constexpr = _words(FMT)
+    lay: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (W // 4), W // 4], [4, 1], [1, 0])
+    c = gl.arange(0, W, layout=gl.SliceLayout(0, lay))
+    vr = gl.convert_layout(valid, gl.SliceLayout(1, lay))
     if FMT == 0:
-        lay: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        c = gl.arange(0, 128, layout=gl.SliceLayout(0, lay))
-        row = gl.convert_layout((base + off * D) // 2 + C * 128, gl.SliceLayout(1, lay))
-        vr = gl.convert_layout(valid, gl.SliceLayout(1, lay))
-        dst = raw._reinterpret(gl.int16, [2 * BLOCK_N, 128], plain).slice(0, BLOCK_N)
-        ptrs = st_ptr.to(gl.pointer_type(gl.int16)) + row[:, None] + c[None, :]
-        async_copy.async_copy_global_to_shared(dst, ptrs, mask=vr[:, None])
-        srow = gl.convert_layout(base + page_size * D + off * (D // 32), gl.SliceLayout(1, sl_lay))
-        async_copy.async_copy_global_to_shared(
-            scl, st_ptr + srow[:, None] + ks[None, :], mask=vs[:, None]
-        )
+        row = (base + off * D) // 4
     elif FMT == 1:
-        lay1: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
-        c1 = gl.arange(0, 128, layout=gl.SliceLayout(0, lay1))
-        row1 = gl.convert_layout(base + off * (D // 2) + C * 128, gl.SliceLayout(1, lay1))
-        vr1 = gl.convert_layout(valid, gl.SliceLayout(1, lay1))
-        dst1 = raw._reinterpret(gl.uint8, [4 * BLOCK_N, 128], plain).slice(0, BLOCK_N)
-        async_copy.async_copy_global_to_shared(
-            dst1, st_ptr + row1[:, None] + c1[None, :], mask=vr1[:, None]
-        )
-        srow1 = gl.convert_layout(
-            base + page_size * (D // 2) + off * (D // 16) + C * 16, gl.SliceLayout(1, sl_lay)
-        )
-        async_copy.async_copy_global_to_shared(
-            scl, st_ptr + srow1[:, None] + ks[None, :], mask=vs[:, None]
-        )
+        row = (base + off * (D // 2)) // 4
     else:
-        lay2: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
-        c2 = gl.arange(0, 128, layout=gl.SliceLayout(0, lay2))
-        row2 = gl.convert_layout((base + off * (2 * D)) // 4 + C * 128, gl.SliceLayout(1, lay2))
-        vr2 = gl.convert_layout(valid, gl.SliceLayout(1, lay2))
-        ptrs2 = st_ptr.to(gl.pointer_type(gl.int32)) + row2[:, None] + c2[None, :]
-        async_copy.async_copy_global_to_shared(raw, ptrs2, mask=vr2[:, None])
+        row = (base + off * (2 * D)) // 4
+    row = gl.convert_layout(row, gl.SliceLayout(1, lay))
+    wptr = st_ptr.to(gl.pointer_type(gl.int32))
+    RW: gl.constexpr = raw_smem.shape[2]
+    for h in gl.static_range(2):
+        dst = raw_smem.index(rs * 2 + h)._reinterpret(gl.int32, [BLOCK_N * (RW // W), W], plain)
+        ptrs = wptr + row[:, None] + (h * W + c)[None, :]
+        async_copy.async_copy_global_to_shared(dst.slice(0, BLOCK_N), ptrs, mask=vr[:, None])
+    if FMT != 2:
+        NS: gl.constexpr = 16 if FMT == 0 else 32
+        sl_lay: gl.constexpr = gl.BlockedLayout(
+            [1, 16], [32 // (NS // 16), NS // 16], [4, 1], [1, 0]
+        )
+        ks = gl.arange(0, NS, layout=gl.SliceLayout(0, sl_lay))
+        vs = gl.convert_layout(valid, gl.SliceLayout(1, sl_lay))
+        if FMT == 0:
+            srow = base + page_size * D + off * (D // 32)
+        else:
+            srow = base + page_size * (D // 2) + off * (D // 16)
+        srow = gl.convert_layout(srow, gl.SliceLayout(1, sl_lay))
+        sdst = scl._reinterpret(gl.uint8, [BLOCK_N * (32 // NS), NS], plain).slice(0, BLOCK_N)
+        async_copy.async_copy_global_to_shared(
+            sdst, st_ptr + srow[:, None] + ks[None, :], mask=vs[:, None]
+        )
+
+
+@gluon.constexpr_function
+def _dec_layout():
+    # [SUB, 256] bf16: 16 consecutive channels of one key per thread
+    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
 
 
 @gluon.jit
-def _decode(raw, scl, valid, FMT: gl.constexpr, C: gl.constexpr, PAR: gl.constexpr):
-    """bf16 channels of parity PAR [BLOCK_N, 128] of this half of the tile, from the raw ring
-    buffers (one parity at a time keeps half the registers live). Every value and code x
-    scale product is exact in bf16 (SPEC section 4), so the decode does no rounding; invalid
-    keys give zeros."""
-    lay: gl.constexpr = _pair_layout()
+def _e2m1_to_e4m3(b):
+    """Per byte of NVFP4 codes (element 2i low nibble, 2i+1 high): the e4m3 bytes of the low
+    and high nibble; e2m1 code c (3 magnitude bits) as e4m3 `c << 2` is exactly c * 2^-6."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .b32 t; shl.b32 t, $2, 2; and.b32 $0, t, 0x1C1C1C1C; shl.b32 t, $2, 4;"
+        " and.b32 t, t, 0x80808080; or.b32 $0, $0, t; shr.b32 t, $2, 2;"
+        " and.b32 $1, t, 0x1C1C1C1C; and.b32 t, $2, 0x80808080; or.b32 $1, $1, t; }",
+        "=r,=r,r",
+        [b],
+        dtype=(gl.uint8, gl.uint8),
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
+def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr):
+    """bf16 [SUB, 256]: keys [k0, k0 + SUB) of the tile, channels [256 C, 256 C + 256), from
+    the raw ring; exact (SPEC section 4). Invalid keys were zero-filled by their masked
+    copies (data and scale bytes), so they decode to zeros."""
+    lay: gl.constexpr = _dec_layout()
     plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    vmask = gl.convert_layout(valid, gl.SliceLayout(1, lay))[:, None]
+    NB: gl.constexpr = raw.shape[0] * raw.shape[1] * 4  # bytes of the ring slot
     if FMT == 0:
-        # one ue8m0 byte per 16 pairs: [BLOCK_N, 8 groups, 16 pairs], 8 pairs per thread
-        l3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [2, 8, 2], [4, 1, 1], [2, 1, 0])
-        sb = scl.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3)).to(gl.int32)
-        s32 = gl.where(sb == 0, 5.877471754111438e-39, (sb << 23).to(gl.float32, bitcast=True))
-        s3 = gl.expand_dims(s32.to(gl.bfloat16), 2).broadcast_to([BLOCK_N, 8, 16])
-        scp = gl.convert_layout(gl.reshape(s3, [BLOCK_N, 128]), lay, assert_trivial=True)
-        w = raw._reinterpret(gl.int16, [2 * BLOCK_N, 128], plain).slice(0, BLOCK_N).load(lay)
-        w = w.to(gl.int32)
-        code = ((w >> (8 * PAR)) & 0xFF).to(gl.uint8)
-        x = code.to(gl.float8e4nv, bitcast=True).to(gl.bfloat16) * scp
+        l3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 8, 2], [4, 1, 1], [2, 1, 0])
+        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(k0, SUB)
+        sb = sv.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3)).to(gl.int16)
+        s16 = gl.where(sb == 0, 0x40, sb << 7).to(gl.bfloat16, bitcast=True)
+        s3 = gl.expand_dims(s16, 2).broadcast_to([SUB, 8, 32])
+        scp = gl.convert_layout(gl.reshape(s3, [SUB, 256]), lay, assert_trivial=True)
+        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(k0, SUB).load(lay)
+        x = b.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32).to(gl.bfloat16)
+        x = x * scp
     elif FMT == 1:
-        # one e4m3 byte per 8 pairs: [BLOCK_N, 16 groups, 8 pairs], one group per thread;
-        # x64 for the e2m1-as-e4m3 decode below
-        l3b: gl.constexpr = gl.BlockedLayout([1, 1, 8], [2, 16, 1], [4, 1, 1], [2, 1, 0])
-        sb1 = scl.load(gl.SliceLayout(2, l3b))
+        l3b: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 16, 1], [4, 1, 1], [2, 1, 0])
+        sv1 = scl.slice(k0, SUB).slice(C * 16, 16, dim=1)
+        sb1 = sv1.load(gl.SliceLayout(2, l3b))
         s1 = (sb1.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 64.0).to(gl.bfloat16)
-        s3b = gl.expand_dims(s1, 2).broadcast_to([BLOCK_N, 16, 8])
-        scp1 = gl.convert_layout(gl.reshape(s3b, [BLOCK_N, 128]), lay, assert_trivial=True)
-        b = raw._reinterpret(gl.uint8, [4 * BLOCK_N, 128], plain).slice(0, BLOCK_N).load(lay)
-        b = b.to(gl.int32)
-        # e2m1 code c (3 magnitude bits) as the e4m3 byte c << 2 is exactly c * 2^-6 (0.5
-        # lands on the e4m3 subnormal 2^-7); the 2^6 is in the scale
-        if PAR == 0:
-            code1 = (((b & 8) << 4) | ((b & 7) << 2)).to(gl.uint8)
-        else:
-            code1 = ((b & 0x80) | ((b & 0x70) >> 2)).to(gl.uint8)
-        x = code1.to(gl.float8e4nv, bitcast=True).to(gl.bfloat16) * scp1
+        s3b = gl.expand_dims(s1, 2).broadcast_to([SUB, 16, 16])
+        scp1 = gl.convert_layout(gl.reshape(s3b, [SUB, 256]), lay, assert_trivial=True)
+        lb: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+        b1 = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(k0, SUB).load(lb)
+        lo, hi = _e2m1_to_e4m3(b1)
+        flo = lo.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32)
+        fhi = hi.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32)
+        f = gl.convert_layout(gl.reshape(gl.join(flo, fhi), [SUB, 256]), lay, assert_trivial=True)
+        x = f.to(gl.bfloat16) * scp1
     else:
-        w2 = raw.load(lay)
-        if PAR == 0:
-            x = (w2 << 16).to(gl.float32, bitcast=True).to(gl.bfloat16)
-        else:
-            x = (w2 & -65536).to(gl.float32, bitcast=True).to(gl.bfloat16)
-    return gl.where(vmask, x, gl.zeros([BLOCK_N, 128], gl.bfloat16, lay))
-
-
-# Register split: the launch caps every thread at GLUON_MAXNREG (12 warps x 32 x 168 fit the
-# 64K register file); the partitions then re-balance with setmaxnreg: the consumers (a 64x256
-# fp32 accumulator each) to 200, the producer to 104. Triton gives the default partition
-# (consumer 0) what the cap leaves: (168 * 12 - 200 * 4 - 104 * 4) / 4 = 200.
-GLUON_MAXNREG = 168
-GLUON_CONSUMER_REGS = 200
-GLUON_PRODUCER_REGS = 104
-CONSUMER_REGS = gl.constexpr(GLUON_CONSUMER_REGS)
-PRODUCER_REGS = gl.constexpr(GLUON_PRODUCER_REGS)
+        x = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(k0, SUB).load(lay)
+    return x
 
 
 @gluon.jit
-def _fetch_full(
-    i,
-    n_w,
-    sl,
-    ok,
-    raw_smem,
-    scl_smem,
-    meta_smem,
-    w_ptr,
-    w_page_stride,
-    w_page_size,
-    c_ptr,
-    c_page_stride,
-    c_page_size,
-    W_FMT: gl.constexpr,
-    C_FMT: gl.constexpr,
-):
-    """Start the copies of both halves of tile i into ring slot i % NRAW; record validity."""
+def _fetch(i, n_w, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride, w_page_size,
+           c_ptr, c_page_stride, c_page_size, W_FMT: gl.constexpr,
+           C_FMT: gl.constexpr):  # fmt: skip
+    """Start the copies of tile i into ring slot i % NRAW; record the keys' validity."""
     rs = i % NRAW
-    for half in gl.static_range(2):
-        if i < n_w:
-            _issue_copy(
-                raw_smem.index(rs * 2 + half),
-                scl_smem.index(rs * 2 + half),
-                w_ptr,
-                w_page_stride,
-                w_page_size,
-                sl,
-                ok,
-                W_FMT,
-                half,
-            )
-        else:
-            _issue_copy(
-                raw_smem.index(rs * 2 + half),
-                scl_smem.index(rs * 2 + half),
-                c_ptr,
-                c_page_stride,
-                c_page_size,
-                sl,
-                ok,
-                C_FMT,
-                half,
-            )
+    if C_FMT == 3 or i < n_w:
+        _issue_copy(raw_smem, rs, scl_smem.index(rs), w_ptr, w_page_stride, w_page_size, sl,
+                    ok, W_FMT)  # fmt: skip
+    else:
+        _issue_copy(raw_smem, rs, scl_smem.index(rs), c_ptr, c_page_stride, c_page_size, sl,
+                    ok, C_FMT)  # fmt: skip
     meta_smem.index(rs).store(ok.to(gl.int32))
     async_copy.commit_group()
 
@@ -258,209 +232,156 @@ def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP: gl.constexpr):
         comp_len = gl.minimum(gl.maximum(gl.load(comp_lens_ptr + t), 0), K)
     else:
         comp_len = swa_len * 0
-    return swa_len, n_w, comp_len, n_w + gl.cdiv(comp_len, BLOCK_N)
+    # at least one (all-masked) tile, so a consumer may issue its first product unconditionally
+    return swa_len, n_w, comp_len, gl.maximum(n_w + gl.cdiv(comp_len, BLOCK_N), 1)
 
 
 @gluon.jit
-def _producer(
-    q_ptr,
-    stride_qt,
-    stride_qh,
-    w_ptr,
-    w_page_stride,
-    w_page_size,
-    w_num_slots,
-    swa_ptr,
-    stride_swa_t,
-    swa_lens_ptr,
-    W,
-    c_ptr,
-    c_page_stride,
-    c_page_size,
-    c_num_slots,
-    comp_ptr,
-    stride_comp_t,
-    comp_lens_ptr,
-    K,
-    sink_ptr,
-    scale,
-    out_ptr,
-    stride_ot,
-    stride_oh,
-    lse_ptr,
-    stride_lt,
-    H,
-    q_smem,
-    k_smem,
-    raw_smem,
-    scl_smem,
-    meta_smem,
-    kval_smem,
-    bars,
-    W_FMT: gl.constexpr,
-    C_FMT: gl.constexpr,
-):
+def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+              bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+    (
+        q_ptr,
+        stride_qt,
+        stride_qh,
+        w_ptr,
+        w_page_stride,
+        w_page_size,
+        w_num_slots,
+        swa_ptr,
+        stride_swa_t,
+        swa_lens_ptr,
+        W,
+        c_ptr,
+        c_page_stride,
+        c_page_size,
+        c_num_slots,
+        comp_ptr,
+        stride_comp_t,
+        comp_lens_ptr,
+        K,
+        _sink_ptr,
+        _scale,
+        _out_ptr,
+        _stride_ot,
+        _stride_oh,
+        _lse_ptr,
+        _stride_lt,
+        H,
+    ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
     t = gl.program_id(0).to(gl.int64)
     hb = gl.program_id(1)
-    lay: gl.constexpr = _pair_layout()
-    row_l: gl.constexpr = gl.SliceLayout(1, lay)
+    row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     swa_len, n_w, comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
     swa_row = swa_ptr + t * stride_swa_t
     comp_row = comp_ptr + t * stride_comp_t
+    sl_n, ok_n = _tile_slots(NRAW, n_w, total, swa_row, swa_len, comp_row, comp_len,
+                             w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
     for r in gl.static_range(NRAW):
-        sl_r, ok_r = _tile_slots(
-            r,
-            n_w,
-            total,
-            swa_row,
-            swa_len,
-            comp_row,
-            comp_len,
-            w_num_slots,
-            c_num_slots,
-            HAS_COMP,
-            row_l,
-        )
-        _fetch_full(
-            r,
-            n_w,
-            sl_r,
-            ok_r,
-            raw_smem,
-            scl_smem,
-            meta_smem,
-            w_ptr,
-            w_page_stride,
-            w_page_size,
-            c_ptr,
-            c_page_stride,
-            c_page_size,
-            W_FMT,
-            C_FMT,
-        )
-    # Q as 4 [64, 128] parts (half, parity), from int32 words (one channel pair each)
-    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, lay))
+        sl_r, ok_r = _tile_slots(r, n_w, total, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        _fetch(r, n_w, sl_r, ok_r, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+    # Q as 2 [64, 256] halves in channel order
+    ql: gl.constexpr = _dec_layout()
+    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ql))
     hmask = heads < H
-    cw = gl.arange(0, 128, layout=gl.SliceLayout(0, lay))
-    for half in gl.static_range(2):
-        q_w = gl.load(q_ptr + t * (stride_qt // 2) + heads[:, None] * (stride_qh // 2)
-                      + half * 128 + cw[None, :], mask=hmask[:, None], other=0)  # fmt: skip
-        q_smem.index(2 * half).store((q_w << 16).to(gl.float32, bitcast=True).to(gl.bfloat16))
-        q_smem.index(2 * half + 1).store(
-            (q_w & -65536).to(gl.float32, bitcast=True).to(gl.bfloat16)
-        )
+    cq = gl.arange(0, 256, layout=gl.SliceLayout(0, ql))
+    for h in gl.static_range(2):
+        qv = gl.load(q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + cq[None, :],
+                     mask=hmask[:, None], other=0.0)  # fmt: skip
+        q_smem.index(h).store(qv)
     fence_async_shared()
     gl.thread_barrier()
     mbarrier.arrive(bars.index(0), count=1)
 
     for i in range(0, total):
-        # slots of tile i + NRAW, loaded first so the round trip overlaps the decode
-        sl_f, ok_f = _tile_slots(
-            i + NRAW,
-            n_w,
-            total,
-            swa_row,
-            swa_len,
-            comp_row,
-            comp_len,
-            w_num_slots,
-            c_num_slots,
-            HAS_COMP,
-            row_l,
-        )
-        ks = i % 2
+        # slots of tile i + NRAW were loaded one iteration ago; load those of i + NRAW + 1
+        sl_f = sl_n
+        ok_f = ok_n
+        sl_n, ok_n = _tile_slots(i + NRAW + 1, n_w, total, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        ks = i % KS
         rs = i % NRAW
         async_copy.wait_group(NRAW - 1)
         gl.thread_barrier()
         ok_i = meta_smem.index(rs).load(row_l) != 0
-        # both consumers finished P.V of tile i - 2, the last reader of this stage
-        mbarrier.wait(bars.index(3 + ks), ((i // 2) & 1) ^ 1, pred=i >= 2)
-        for half in gl.static_range(2):
-            for par in gl.static_range(2):
-                if i < n_w:
-                    x = _decode(
-                        raw_smem.index(rs * 2 + half),
-                        scl_smem.index(rs * 2 + half),
-                        ok_i,
-                        W_FMT,
-                        half,
-                        par,
-                    )
+        # both consumers finished tile i - KS, the last reader of this stage
+        mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
+        for h in gl.static_range(2):
+            for k0 in gl.static_range(0, BLOCK_N, SUB):
+                if C_FMT == 3 or i < n_w:
+                    x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, W_FMT, h)
                 else:
-                    x = _decode(
-                        raw_smem.index(rs * 2 + half),
-                        scl_smem.index(rs * 2 + half),
-                        ok_i,
-                        C_FMT,
-                        half,
-                        par,
-                    )
-                k_smem.index((ks * 2 + half) * 2 + par).store(x)
+                    x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, C_FMT, h)
+                k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
         kval_smem.index(ks).store(ok_i.to(gl.int32))
         fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(bars.index(1 + ks), count=1)
-        _fetch_full(
-            i + NRAW,
-            n_w,
-            sl_f,
-            ok_f,
-            raw_smem,
-            scl_smem,
-            meta_smem,
-            w_ptr,
-            w_page_stride,
-            w_page_size,
-            c_ptr,
-            c_page_stride,
-            c_page_size,
-            W_FMT,
-            C_FMT,
-        )
+        _fetch(i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
     async_copy.wait_group(0)
 
 
 @gluon.jit
-def _consumer(
-    C: gl.constexpr,
-    q_ptr,
-    stride_qt,
-    stride_qh,
-    w_ptr,
-    w_page_stride,
-    w_page_size,
-    w_num_slots,
-    swa_ptr,
-    stride_swa_t,
-    swa_lens_ptr,
-    W,
-    c_ptr,
-    c_page_stride,
-    c_page_size,
-    c_num_slots,
-    comp_ptr,
-    stride_comp_t,
-    comp_lens_ptr,
-    K,
-    sink_ptr,
-    scale,
-    out_ptr,
-    stride_ot,
-    stride_oh,
-    lse_ptr,
-    stride_lt,
-    H,
-    q_smem,
-    k_smem,
-    raw_smem,
-    scl_smem,
-    meta_smem,
-    kval_smem,
-    bars,
-    W_FMT: gl.constexpr,
-    C_FMT: gl.constexpr,
-):
+def _qk(q_smem, k_smem, js, mma_s: gl.constexpr):
+    """Issue S = Q.K^T of K stage js (async; wait on the result)."""
+    s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
+    for h in gl.static_range(2):
+        s = warpgroup_mma(q_smem.index(h), k_smem.index(js * 2 + h).permute((1, 0)), s,
+                          is_async=True)  # fmt: skip
+    return s
+
+
+@gluon.jit
+def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
+    """Online softmax of one tile: (P bf16, rescale factor, new max, new sum)."""
+    ok_j = kval.load(gl.SliceLayout(0, mma_s)) != 0
+    s = gl.where(ok_j[None, :], s * scale, -float("inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
+    m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
+    alpha = gl.exp(m_i - m_safe)
+    p = gl.exp(s - m_safe[:, None])
+    l_new = l_i * alpha + gl.sum(p, 1)
+    return p.to(gl.bfloat16), alpha, m_new, l_new
+
+
+@gluon.jit
+def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+    """Q.K^T of the whole tile, the online softmax, P (bf16) and the rescale factor to shared
+    memory for consumer 1, P.V over channels [0, 256)."""
+    (
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
+        _w_ptr,
+        _w_page_stride,
+        _w_page_size,
+        _w_num_slots,
+        _swa_ptr,
+        _stride_swa_t,
+        swa_lens_ptr,
+        W,
+        _c_ptr,
+        _c_page_stride,
+        _c_page_size,
+        _c_num_slots,
+        _comp_ptr,
+        _stride_comp_t,
+        comp_lens_ptr,
+        K,
+        sink_ptr,
+        scale,
+        out_ptr,
+        stride_ot,
+        stride_oh,
+        lse_ptr,
+        stride_lt,
+        H,
+    ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
     t = gl.program_id(0).to(gl.int64)
     hb = gl.program_id(1)
@@ -468,404 +389,225 @@ def _consumer(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
     mma_o: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
     )
     p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
     _swa_len, _n_w, _comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
-
-    m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, gl.SliceLayout(1, mma_o))
-    l_i = gl.zeros([BLOCK_H], gl.float32, gl.SliceLayout(1, mma_o))
-    acc_ev = gl.zeros([BLOCK_H, 128], gl.float32, mma_o)
-    acc_od = gl.zeros([BLOCK_H, 128], gl.float32, mma_o)
+    PF: gl.constexpr = 2 + 2 * KS
+    m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
+    l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
+    acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
     mbarrier.wait(bars.index(0), 0)
+    mbarrier.wait(bars.index(1), 0)
+    s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, 0, mma_s)])
     for j in range(0, total):
-        js = j % 2
-        mbarrier.wait(bars.index(1 + js), (j // 2) & 1)
-        s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
-        for part in gl.static_range(4):
-            s = warpgroup_mma(
-                q_smem.index(part), k_smem.index(js * 4 + part).permute((1, 0)), s, is_async=True
-            )
-        s = warpgroup_mma_wait(0, deps=[s])
-        ok_j = kval_smem.index(js).load(gl.SliceLayout(0, mma_s)) != 0
-        s = gl.where(ok_j[None, :], s * scale, -float("inf"))
-        m_new = gl.maximum(m_i, gl.convert_layout(gl.max(s, 1), gl.SliceLayout(1, mma_o)))
-        # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
-        m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
-        alpha = gl.exp(m_i - m_safe)
-        p = gl.exp(s - gl.convert_layout(m_safe, gl.SliceLayout(1, mma_s))[:, None])
-        l_i = l_i * alpha + gl.convert_layout(gl.sum(p, 1), gl.SliceLayout(1, mma_o))
-        m_i = m_new
-        p16 = gl.convert_layout(p.to(gl.bfloat16), p_op)
-        tok_ev = warpgroup_mma(
-            p16, k_smem.index((js * 2 + C) * 2), acc_ev * alpha[:, None], is_async=True
-        )
-        tok_od = warpgroup_mma(
-            p16, k_smem.index((js * 2 + C) * 2 + 1), acc_od * alpha[:, None], is_async=True
-        )
-        acc_ev, acc_od = warpgroup_mma_wait(0, deps=[tok_ev, tok_od])
-        mbarrier.arrive(bars.index(3 + js), count=1)
+        js = j % KS
+        ps = j % 2
+        # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax (the
+        # last tile repeats its own stage, result unused)
+        has_next = j + 1 < total
+        jn = gl.where(has_next, (j + 1) % KS, js)
+        mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1, pred=has_next)
+        s_tok = _qk(q_smem, k_smem, jn, mma_s)
+        p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
+        mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
+        p_smem.index(ps).store(p16)
+        x_smem.index(ps).store(alpha)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(PF + ps), count=1)
+        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+        tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
+                            acc * alpha_o[:, None], is_async=True)  # fmt: skip
+        acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(1 + KS + js), count=1)
 
-    # epilogue: sink in the denominator only, bf16 output in channel order, lse
+    # epilogue: sink in the denominator only; denominator and row flag to consumer 1
     has = m_i > -float("inf")
     m_safe_o = gl.where(has, m_i, 0.0)
-    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
     omask = oheads < H
     sink = gl.load(sink_ptr + oheads, mask=omask, other=0.0)
-    denom = l_i + gl.exp(sink - m_safe_o)
-    o_ev = gl.where(has[:, None], acc_ev / denom[:, None], 0.0)
-    o_od = gl.where(has[:, None], acc_od / denom[:, None], 0.0)
-    bits_ev = o_ev.to(gl.bfloat16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
-    bits_od = o_od.to(gl.bfloat16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
-    words = bits_ev | (bits_od << 16)
-    ocw = gl.arange(0, 128, layout=gl.SliceLayout(0, mma_o))
-    o_rows = out_ptr + t * (stride_ot // 2) + oheads[:, None] * (stride_oh // 2) + C * 128
-    gl.store(o_rows + ocw[None, :], words, mask=omask[:, None])
-    if C == 0:
-        lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
-        gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
+    denom = gl.where(has, l_i + gl.exp(sink - m_safe_o), 0.0)
+    x_smem.index(2).store(denom)
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(PF + 4), count=1)
+    lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
+    gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
+    _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), out_ptr, t, stride_ot,
+               stride_oh, hb, H, 0, mma_o)  # fmt: skip
     return (m_i,)
 
 
 @gluon.jit
-def _consumer0(
-    q_ptr,
-    stride_qt,
-    stride_qh,
-    w_ptr,
-    w_page_stride,
-    w_page_size,
-    w_num_slots,
-    swa_ptr,
-    stride_swa_t,
-    swa_lens_ptr,
-    W,
-    c_ptr,
-    c_page_stride,
-    c_page_size,
-    c_num_slots,
-    comp_ptr,
-    stride_comp_t,
-    comp_lens_ptr,
-    K,
-    sink_ptr,
-    scale,
-    out_ptr,
-    stride_ot,
-    stride_oh,
-    lse_ptr,
-    stride_lt,
-    H,
-    q_smem,
-    k_smem,
-    raw_smem,
-    scl_smem,
-    meta_smem,
-    kval_smem,
-    bars,
-    W_FMT: gl.constexpr,
-    C_FMT: gl.constexpr,
-):
-    return _consumer(
-        0,
-        q_ptr,
-        stride_qt,
-        stride_qh,
-        w_ptr,
-        w_page_stride,
-        w_page_size,
-        w_num_slots,
-        swa_ptr,
-        stride_swa_t,
-        swa_lens_ptr,
-        W,
-        c_ptr,
-        c_page_stride,
-        c_page_size,
-        c_num_slots,
-        comp_ptr,
-        stride_comp_t,
-        comp_lens_ptr,
-        K,
-        sink_ptr,
-        scale,
-        out_ptr,
-        stride_ot,
-        stride_oh,
-        lse_ptr,
-        stride_lt,
-        H,
-        q_smem,
-        k_smem,
-        raw_smem,
-        scl_smem,
-        meta_smem,
-        kval_smem,
-        bars,
-        W_FMT,
-        C_FMT,
-    )
+def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C: gl.constexpr,
+               mma_o: gl.constexpr):  # fmt: skip
+    o = gl.where(denom[:, None] > 0.0, acc / denom[:, None], 0.0).to(gl.bfloat16)
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
+    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
+    ptrs = out_ptr + t * stride_ot + oheads[:, None] * stride_oh + C * 256 + oc[None, :]
+    gl.store(ptrs, o, mask=(oheads < H)[:, None])
 
 
 @gluon.jit
-def _consumer1(
-    q_ptr,
-    stride_qt,
-    stride_qh,
-    w_ptr,
-    w_page_stride,
-    w_page_size,
-    w_num_slots,
-    swa_ptr,
-    stride_swa_t,
-    swa_lens_ptr,
-    W,
-    c_ptr,
-    c_page_stride,
-    c_page_size,
-    c_num_slots,
-    comp_ptr,
-    stride_comp_t,
-    comp_lens_ptr,
-    K,
-    sink_ptr,
-    scale,
-    out_ptr,
-    stride_ot,
-    stride_oh,
-    lse_ptr,
-    stride_lt,
-    H,
-    q_smem,
-    k_smem,
-    raw_smem,
-    scl_smem,
-    meta_smem,
-    kval_smem,
-    bars,
-    W_FMT: gl.constexpr,
-    C_FMT: gl.constexpr,
-):
-    _consumer(
-        1,
-        q_ptr,
-        stride_qt,
-        stride_qh,
-        w_ptr,
-        w_page_stride,
-        w_page_size,
-        w_num_slots,
-        swa_ptr,
-        stride_swa_t,
+def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+    """P.V over channels [256, 512) with P and the rescale factor from consumer 0."""
+    (
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
+        _w_ptr,
+        _w_page_stride,
+        _w_page_size,
+        _w_num_slots,
+        _swa_ptr,
+        _stride_swa_t,
         swa_lens_ptr,
         W,
-        c_ptr,
-        c_page_stride,
-        c_page_size,
-        c_num_slots,
-        comp_ptr,
-        stride_comp_t,
+        _c_ptr,
+        _c_page_stride,
+        _c_page_size,
+        _c_num_slots,
+        _comp_ptr,
+        _stride_comp_t,
         comp_lens_ptr,
         K,
-        sink_ptr,
-        scale,
+        _sink_ptr,
+        _scale,
         out_ptr,
         stride_ot,
         stride_oh,
-        lse_ptr,
-        stride_lt,
+        _lse_ptr,
+        _stride_lt,
         H,
-        q_smem,
-        k_smem,
-        raw_smem,
-        scl_smem,
-        meta_smem,
-        kval_smem,
-        bars,
-        W_FMT,
-        C_FMT,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    t = gl.program_id(0).to(gl.int64)
+    hb = gl.program_id(1)
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
     )
+    row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
+    _swa_len, _n_w, _comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    PF: gl.constexpr = 2 + 2 * KS
+    acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
+    for j in range(0, total):
+        js = j % KS
+        ps = j % 2
+        mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
+        alpha = x_smem.index(ps).load(row_o)
+        tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1), acc * alpha[:, None],
+                            is_async=True)  # fmt: skip
+        acc = warpgroup_mma_wait(0, deps=[tok])
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
+        mbarrier.arrive(bars.index(1 + KS + js), count=1)
+    mbarrier.wait(bars.index(PF + 4), 0)
+    denom = x_smem.index(2).load(row_o)
+    _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, 1, mma_o)
 
 
 @gluon.jit
 def _gluon_sparse_attn_kernel(
-    q_ptr,
-    stride_qt,
-    stride_qh,  # q as int32 words; strides in bf16 elements (even)
-    w_ptr,
-    w_page_stride,
-    w_page_size,
-    w_num_slots,
-    swa_ptr,
-    stride_swa_t,
-    swa_lens_ptr,
-    W,
-    c_ptr,
-    c_page_stride,
-    c_page_size,
-    c_num_slots,
-    comp_ptr,
-    stride_comp_t,
-    comp_lens_ptr,
-    K,
-    sink_ptr,
-    scale,
-    out_ptr,
-    stride_ot,
-    stride_oh,
-    lse_ptr,
-    stride_lt,  # out as int32 words
+    q_ptr, stride_qt, stride_qh,  # bf16 q; strides in elements
+    w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr, stride_swa_t, swa_lens_ptr, W,
+    c_ptr, c_page_stride, c_page_size, c_num_slots, comp_ptr, stride_comp_t, comp_lens_ptr, K,
+    sink_ptr, scale,
+    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # bf16 out
     H,
-    W_FMT: gl.constexpr,
-    C_FMT: gl.constexpr,
-):
+    W_FMT: gl.constexpr, C_FMT: gl.constexpr,
+):  # fmt: skip
+    KS: gl.constexpr = _kstages(W_FMT, C_FMT)
+    RW: gl.constexpr = _raw_words(W_FMT, C_FMT)
     plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 128], gl.bfloat16)
-    k_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 128], gl.bfloat16)
-    # Q as 4 [64, 128] parts (half, parity); K as 2 stages x 4 parts; an NRAW-deep ring of
-    # raw data / scale bytes (2 halves each) and key validity; validity per K stage
-    q_smem = gl.allocate_shared_memory(gl.bfloat16, [4, BLOCK_H, 128], q_lay)
-    k_smem = gl.allocate_shared_memory(gl.bfloat16, [8, BLOCK_N, 128], k_lay)
-    raw_smem = gl.allocate_shared_memory(gl.int32, [2 * NRAW, BLOCK_N, 128], plain)
-    scl_smem = gl.allocate_shared_memory(gl.uint8, [2 * NRAW, BLOCK_N, 16], plain)
+    q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 256], gl.bfloat16)
+    k_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 256], gl.bfloat16)
+    p_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], gl.bfloat16)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, 256], q_lay)
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2 * KS, BLOCK_N, 256], k_lay)
+    raw_smem = gl.allocate_shared_memory(gl.int32, [NRAW * 2, BLOCK_N, RW], plain)
+    scl_smem = gl.allocate_shared_memory(gl.uint8, [NRAW, BLOCK_N, 32], plain)
     meta_smem = gl.allocate_shared_memory(gl.int32, [NRAW, BLOCK_N], plain1)
-    kval_smem = gl.allocate_shared_memory(gl.int32, [2, BLOCK_N], plain1)
-    # barriers: 0 = Q stored (1 arrival: the producer), 1 + s = K stage s filled (1: the
-    # producer), 3 + s = K stage s consumed (2: both consumers)
-    bars = gl.allocate_shared_memory(gl.int64, [5, 1], mbarrier.MBarrierLayout())
-    for b in gl.static_range(3):
+    kval_smem = gl.allocate_shared_memory(gl.int32, [KS, BLOCK_N], plain1)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, BLOCK_N], p_lay)
+    x_smem = gl.allocate_shared_memory(gl.float32, [3, BLOCK_H], plain1)
+    # barriers: 0 Q stored; 1 + s K stage s filled; 1 + KS + s stage s released (2 arrivals);
+    # PF + b P buffer b filled; PF + 2 + b P buffer b consumed; PF + 4 denominator stored
+    PF: gl.constexpr = 2 + 2 * KS
+    bars = gl.allocate_shared_memory(gl.int64, [PF + 5, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(1 + KS):
         mbarrier.init(bars.index(b), count=1)
-    for b in gl.static_range(3, 5):
+    for b in gl.static_range(1 + KS, PF):
         mbarrier.init(bars.index(b), count=2)
+    for b in gl.static_range(PF, PF + 5):
+        mbarrier.init(bars.index(b), count=1)
     fence_async_shared()
     gl.thread_barrier()
+    a = (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr,
+         stride_swa_t, swa_lens_ptr, W, c_ptr, c_page_stride, c_page_size, c_num_slots,
+         comp_ptr, stride_comp_t, comp_lens_ptr, K, sink_ptr, scale, out_ptr, stride_ot,
+         stride_oh, lse_ptr, stride_lt, H)  # fmt: skip
     gl.warp_specialize(
         [
             (
                 _consumer0,
                 (
-                    q_ptr,
-                    stride_qt,
-                    stride_qh,
-                    w_ptr,
-                    w_page_stride,
-                    w_page_size,
-                    w_num_slots,
-                    swa_ptr,
-                    stride_swa_t,
-                    swa_lens_ptr,
-                    W,
-                    c_ptr,
-                    c_page_stride,
-                    c_page_size,
-                    c_num_slots,
-                    comp_ptr,
-                    stride_comp_t,
-                    comp_lens_ptr,
-                    K,
-                    sink_ptr,
-                    scale,
-                    out_ptr,
-                    stride_ot,
-                    stride_oh,
-                    lse_ptr,
-                    stride_lt,
-                    H,
+                    a,
                     q_smem,
                     k_smem,
                     raw_smem,
                     scl_smem,
                     meta_smem,
                     kval_smem,
+                    p_smem,
+                    x_smem,
                     bars,
                     W_FMT,
                     C_FMT,
+                    KS,
                 ),
             ),
             (
                 _consumer1,
                 (
-                    q_ptr,
-                    stride_qt,
-                    stride_qh,
-                    w_ptr,
-                    w_page_stride,
-                    w_page_size,
-                    w_num_slots,
-                    swa_ptr,
-                    stride_swa_t,
-                    swa_lens_ptr,
-                    W,
-                    c_ptr,
-                    c_page_stride,
-                    c_page_size,
-                    c_num_slots,
-                    comp_ptr,
-                    stride_comp_t,
-                    comp_lens_ptr,
-                    K,
-                    sink_ptr,
-                    scale,
-                    out_ptr,
-                    stride_ot,
-                    stride_oh,
-                    lse_ptr,
-                    stride_lt,
-                    H,
+                    a,
                     q_smem,
                     k_smem,
                     raw_smem,
                     scl_smem,
                     meta_smem,
                     kval_smem,
+                    p_smem,
+                    x_smem,
                     bars,
                     W_FMT,
                     C_FMT,
+                    KS,
                 ),
             ),
             (
                 _producer,
                 (
-                    q_ptr,
-                    stride_qt,
-                    stride_qh,
-                    w_ptr,
-                    w_page_stride,
-                    w_page_size,
-                    w_num_slots,
-                    swa_ptr,
-                    stride_swa_t,
-                    swa_lens_ptr,
-                    W,
-                    c_ptr,
-                    c_page_stride,
-                    c_page_size,
-                    c_num_slots,
-                    comp_ptr,
-                    stride_comp_t,
-                    comp_lens_ptr,
-                    K,
-                    sink_ptr,
-                    scale,
-                    out_ptr,
-                    stride_ot,
-                    stride_oh,
-                    lse_ptr,
-                    stride_lt,
-                    H,
+                    a,
                     q_smem,
                     k_smem,
                     raw_smem,
                     scl_smem,
                     meta_smem,
                     kval_smem,
+                    p_smem,
+                    x_smem,
                     bars,
                     W_FMT,
                     C_FMT,
+                    KS,
                 ),
             ),
         ],
         [4, 4],
-        [CONSUMER_REGS, PRODUCER_REGS],
+        [C1_REGS, PRODUCER_REGS],
     )

@@ -1,0 +1,635 @@
+# mypy: disable-error-code="no-untyped-def"
+"""Lab copy of the Hopper Gluon kernel with profiling switches (not installed, not production).
+
+Module constants (replaced by `gluon_profile.py`): `DROP` 0 = full kernel, 1 = the producer
+skips the decode (K stages keep stale bytes), 2 = the consumers skip every product and the
+softmax (they only wait and release), 3 = the producer issues no record copies (it decodes
+stale ring bytes); `KSTAGES_MAIN` / `NRAW_MAIN` the K-stage and raw-ring depths for non-bf16
+formats; `PIPE` 1 = consumer 0 issues Q.K^T of tile j + 1 before the softmax of tile j (the
+production setting); `SUB` keys decoded per step. With DROP = 0, PIPE = 1 and the default
+depths this compiles to the same SASS as `ds41_attention.ops.sparse_attention.gluon_kernels`.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+DROP = gl.constexpr(0)
+KSTAGES_MAIN = gl.constexpr(3)
+PIPE = gl.constexpr(1)  # 1: consumer 0 issues Q.K^T of tile j + 1 before the softmax of tile j
+NRAW_MAIN = gl.constexpr(2)  # raw ring depth for non-bf16 formats (bf16 records: 2)
+GLUON_D = 512
+GLUON_BLOCK_H = 64
+GLUON_BLOCK_N = 32
+GLUON_NUM_WARPS = 4
+GLUON_MAXNREG = 168
+D = gl.constexpr(GLUON_D)
+HALF = gl.constexpr(GLUON_D // 2)
+BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
+BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
+SUB = gl.constexpr(16)  # keys decoded per step (register pressure)
+C1_REGS = gl.constexpr(168)
+PRODUCER_REGS = gl.constexpr(136)
+
+
+@gluon.jit
+def _tile_slots(i, n_w, total, swa_row, swa_len, comp_row, comp_len, w_slots, c_slots,
+                HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """(slot int64 clamped to >= 0, validity) of tile i's keys, in `layout`."""
+    offs = gl.arange(0, BLOCK_N, layout=layout)
+    jw = i * BLOCK_N + offs
+    in_w = jw < swa_len
+    slots = gl.load(swa_row + jw, mask=in_w, other=-1)
+    ok = in_w & (slots < w_slots)
+    if HAS_COMP:
+        jc = (i - n_w) * BLOCK_N + offs
+        in_c = (jc >= 0) & (jc < comp_len)
+        sc = gl.load(comp_row + jc, mask=in_c, other=-1)
+        slots = gl.where(in_c, sc, slots)
+        ok = ok | (in_c & (sc < c_slots))
+    valid = ok & (slots >= 0) & (i < total)
+    return gl.maximum(slots, 0).to(gl.int64), valid
+
+
+@gluon.constexpr_function
+def _words(fmt):
+    # int32 words per key and half of D in the raw ring: MXFP8 64, NVFP4 32, bf16 128
+    f = int(fmt)
+    return 64 if f == 0 else (32 if f == 1 else (128 if f == 2 else 0))
+
+
+@gluon.constexpr_function
+def _raw_words(w_fmt, c_fmt):
+    w, c = int(w_fmt), int(c_fmt)
+    ww = 64 if w == 0 else (32 if w == 1 else 128)
+    cw = 64 if c == 0 else (32 if c == 1 else (128 if c == 2 else 0))
+    return max(ww, cw)
+
+
+@gluon.constexpr_function
+def _kstages(w_fmt, c_fmt, main):
+    # bf16 records need a raw ring twice as large: two K stages then fit shared memory
+    return 2 if 2 in (int(w_fmt), int(c_fmt)) else int(main)
+
+
+@gluon.jit
+def _issue_copy(raw_smem, rs, scl, st_ptr, page_stride, page_size, slots, valid,
+                FMT: gl.constexpr):  # fmt: skip
+    """cp.async both halves of the tile's data bytes into ring slot rs of `raw_smem` (int32
+    [2 NRAW, BLOCK_N, RW]: entry 2 rs + h holds channels [256 h, 256 h + 256) of each key,
+    packed at FMT's width) and the scale bytes into `scl` (uint8 [BLOCK_N, 32]: MXFP8 16
+    ue8m0 per key, NVFP4 32 e4m3)."""
+    page = slots // page_size
+    off = slots % page_size
+    base = page * page_stride
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    W: gl.constexpr = _words(FMT)
+    lay: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (W // 4), W // 4], [4, 1], [1, 0])
+    c = gl.arange(0, W, layout=gl.SliceLayout(0, lay))
+    vr = gl.convert_layout(valid, gl.SliceLayout(1, lay))
+    if FMT == 0:
+        row = (base + off * D) // 4
+    elif FMT == 1:
+        row = (base + off * (D // 2)) // 4
+    else:
+        row = (base + off * (2 * D)) // 4
+    row = gl.convert_layout(row, gl.SliceLayout(1, lay))
+    wptr = st_ptr.to(gl.pointer_type(gl.int32))
+    RW: gl.constexpr = raw_smem.shape[2]
+    for h in gl.static_range(2):
+        dst = raw_smem.index(rs * 2 + h)._reinterpret(gl.int32, [BLOCK_N * (RW // W), W], plain)
+        ptrs = wptr + row[:, None] + (h * W + c)[None, :]
+        async_copy.async_copy_global_to_shared(dst.slice(0, BLOCK_N), ptrs, mask=vr[:, None])
+    if FMT != 2:
+        NS: gl.constexpr = 16 if FMT == 0 else 32
+        sl_lay: gl.constexpr = gl.BlockedLayout(
+            [1, 16], [32 // (NS // 16), NS // 16], [4, 1], [1, 0]
+        )
+        ks = gl.arange(0, NS, layout=gl.SliceLayout(0, sl_lay))
+        vs = gl.convert_layout(valid, gl.SliceLayout(1, sl_lay))
+        if FMT == 0:
+            srow = base + page_size * D + off * (D // 32)
+        else:
+            srow = base + page_size * (D // 2) + off * (D // 16)
+        srow = gl.convert_layout(srow, gl.SliceLayout(1, sl_lay))
+        sdst = scl._reinterpret(gl.uint8, [BLOCK_N * (32 // NS), NS], plain).slice(0, BLOCK_N)
+        async_copy.async_copy_global_to_shared(
+            sdst, st_ptr + srow[:, None] + ks[None, :], mask=vs[:, None]
+        )
+
+
+@gluon.constexpr_function
+def _dec_layout():
+    # [SUB, 256] bf16: 16 consecutive channels of one key per thread
+    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
+
+
+@gluon.jit
+def _e2m1_to_e4m3(b):
+    """Per byte of NVFP4 codes (element 2i low nibble, 2i+1 high): the e4m3 bytes of the low
+    and high nibble; e2m1 code c (3 magnitude bits) as e4m3 `c << 2` is exactly c * 2^-6."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .b32 t; shl.b32 t, $2, 2; and.b32 $0, t, 0x1C1C1C1C; shl.b32 t, $2, 4;"
+        " and.b32 t, t, 0x80808080; or.b32 $0, $0, t; shr.b32 t, $2, 2;"
+        " and.b32 $1, t, 0x1C1C1C1C; and.b32 t, $2, 0x80808080; or.b32 $1, $1, t; }",
+        "=r,=r,r",
+        [b],
+        dtype=(gl.uint8, gl.uint8),
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
+def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr):
+    """bf16 [SUB, 256]: keys [k0, k0 + SUB) of the tile, channels [256 C, 256 C + 256), from
+    the raw ring; exact (SPEC section 4). Invalid keys were zero-filled by their masked
+    copies (data and scale bytes), so they decode to zeros."""
+    lay: gl.constexpr = _dec_layout()
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    NB: gl.constexpr = raw.shape[0] * raw.shape[1] * 4  # bytes of the ring slot
+    if FMT == 0:
+        l3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 8, 2], [4, 1, 1], [2, 1, 0])
+        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(k0, SUB)
+        sb = sv.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3)).to(gl.int16)
+        s16 = gl.where(sb == 0, 0x40, sb << 7).to(gl.bfloat16, bitcast=True)
+        s3 = gl.expand_dims(s16, 2).broadcast_to([SUB, 8, 32])
+        scp = gl.convert_layout(gl.reshape(s3, [SUB, 256]), lay, assert_trivial=True)
+        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(k0, SUB).load(lay)
+        x = b.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32).to(gl.bfloat16)
+        x = x * scp
+    elif FMT == 1:
+        l3b: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 16, 1], [4, 1, 1], [2, 1, 0])
+        sv1 = scl.slice(k0, SUB).slice(C * 16, 16, dim=1)
+        sb1 = sv1.load(gl.SliceLayout(2, l3b))
+        s1 = (sb1.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 64.0).to(gl.bfloat16)
+        s3b = gl.expand_dims(s1, 2).broadcast_to([SUB, 16, 16])
+        scp1 = gl.convert_layout(gl.reshape(s3b, [SUB, 256]), lay, assert_trivial=True)
+        lb: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+        b1 = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(k0, SUB).load(lb)
+        lo, hi = _e2m1_to_e4m3(b1)
+        flo = lo.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32)
+        fhi = hi.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32)
+        f = gl.convert_layout(gl.reshape(gl.join(flo, fhi), [SUB, 256]), lay, assert_trivial=True)
+        x = f.to(gl.bfloat16) * scp1
+    else:
+        x = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(k0, SUB).load(lay)
+    return x
+
+
+@gluon.jit
+def _fetch(i, n_w, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride, w_page_size,
+           c_ptr, c_page_stride, c_page_size, W_FMT: gl.constexpr,
+           C_FMT: gl.constexpr):  # fmt: skip
+    """Start the copies of tile i into ring slot i % NRAW; record the keys' validity."""
+    NRAW: gl.constexpr = meta_smem.shape[0]
+    rs = i % NRAW
+    if DROP != 3:
+        if C_FMT == 3 or i < n_w:
+            _issue_copy(raw_smem, rs, scl_smem.index(rs), w_ptr, w_page_stride,
+                        w_page_size, sl, ok, W_FMT)  # fmt: skip
+        else:
+            _issue_copy(raw_smem, rs, scl_smem.index(rs), c_ptr, c_page_stride,
+                        c_page_size, sl, ok, C_FMT)  # fmt: skip
+    meta_smem.index(rs).store(ok.to(gl.int32))
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP: gl.constexpr):
+    swa_len = gl.minimum(gl.maximum(gl.load(swa_lens_ptr + t), 0), W)
+    n_w = gl.cdiv(swa_len, BLOCK_N)
+    if HAS_COMP:
+        comp_len = gl.minimum(gl.maximum(gl.load(comp_lens_ptr + t), 0), K)
+    else:
+        comp_len = swa_len * 0
+    # at least one (all-masked) tile, so a consumer may issue its first product unconditionally
+    return swa_len, n_w, comp_len, gl.maximum(n_w + gl.cdiv(comp_len, BLOCK_N), 1)
+
+
+@gluon.jit
+def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+              bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+    (
+        q_ptr,
+        stride_qt,
+        stride_qh,
+        w_ptr,
+        w_page_stride,
+        w_page_size,
+        w_num_slots,
+        swa_ptr,
+        stride_swa_t,
+        swa_lens_ptr,
+        W,
+        c_ptr,
+        c_page_stride,
+        c_page_size,
+        c_num_slots,
+        comp_ptr,
+        stride_comp_t,
+        comp_lens_ptr,
+        K,
+        _sink_ptr,
+        _scale,
+        _out_ptr,
+        _stride_ot,
+        _stride_oh,
+        _lse_ptr,
+        _stride_lt,
+        H,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    t = gl.program_id(0).to(gl.int64)
+    hb = gl.program_id(1)
+    row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    swa_len, n_w, comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    swa_row = swa_ptr + t * stride_swa_t
+    comp_row = comp_ptr + t * stride_comp_t
+    NRAW: gl.constexpr = meta_smem.shape[0]
+    sl_n, ok_n = _tile_slots(NRAW, n_w, total, swa_row, swa_len, comp_row, comp_len,
+                             w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+    for r in gl.static_range(NRAW):
+        sl_r, ok_r = _tile_slots(r, n_w, total, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        _fetch(r, n_w, sl_r, ok_r, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+    # Q as 2 [64, 256] halves in channel order
+    ql: gl.constexpr = _dec_layout()
+    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ql))
+    hmask = heads < H
+    cq = gl.arange(0, 256, layout=gl.SliceLayout(0, ql))
+    for h in gl.static_range(2):
+        qv = gl.load(q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + cq[None, :],
+                     mask=hmask[:, None], other=0.0)  # fmt: skip
+        q_smem.index(h).store(qv)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(0), count=1)
+
+    for i in range(0, total):
+        # slots of tile i + NRAW were loaded one iteration ago; load those of i + NRAW + 1
+        sl_f = sl_n
+        ok_f = ok_n
+        sl_n, ok_n = _tile_slots(i + NRAW + 1, n_w, total, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        ks = i % KS
+        rs = i % NRAW
+        async_copy.wait_group(NRAW - 1)
+        gl.thread_barrier()
+        ok_i = meta_smem.index(rs).load(row_l) != 0
+        # both consumers finished tile i - KS, the last reader of this stage
+        mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
+        if DROP != 1:
+            for h in gl.static_range(2):
+                for k0 in gl.static_range(0, BLOCK_N, SUB):
+                    if C_FMT == 3 or i < n_w:
+                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
+                                        W_FMT, h)  # fmt: skip
+                    else:
+                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
+                                        C_FMT, h)  # fmt: skip
+                    k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
+        kval_smem.index(ks).store(ok_i.to(gl.int32))
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(1 + ks), count=1)
+        _fetch(i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+    async_copy.wait_group(0)
+
+
+@gluon.jit
+def _qk(q_smem, k_smem, js, mma_s: gl.constexpr):
+    """Issue S = Q.K^T of K stage js (async; wait on the result)."""
+    s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
+    for h in gl.static_range(2):
+        s = warpgroup_mma(q_smem.index(h), k_smem.index(js * 2 + h).permute((1, 0)), s,
+                          is_async=True)  # fmt: skip
+    return s
+
+
+@gluon.jit
+def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
+    """Online softmax of one tile: (P bf16, rescale factor, new max, new sum)."""
+    ok_j = kval.load(gl.SliceLayout(0, mma_s)) != 0
+    s = gl.where(ok_j[None, :], s * scale, -float("inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
+    m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
+    alpha = gl.exp(m_i - m_safe)
+    p = gl.exp(s - m_safe[:, None])
+    l_new = l_i * alpha + gl.sum(p, 1)
+    return p.to(gl.bfloat16), alpha, m_new, l_new
+
+
+@gluon.jit
+def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+    """Q.K^T of the whole tile, the online softmax, P (bf16) and the rescale factor to shared
+    memory for consumer 1, P.V over channels [0, 256)."""
+    (
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
+        _w_ptr,
+        _w_page_stride,
+        _w_page_size,
+        _w_num_slots,
+        _swa_ptr,
+        _stride_swa_t,
+        swa_lens_ptr,
+        W,
+        _c_ptr,
+        _c_page_stride,
+        _c_page_size,
+        _c_num_slots,
+        _comp_ptr,
+        _stride_comp_t,
+        comp_lens_ptr,
+        K,
+        sink_ptr,
+        scale,
+        out_ptr,
+        stride_ot,
+        stride_oh,
+        lse_ptr,
+        stride_lt,
+        H,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    t = gl.program_id(0).to(gl.int64)
+    hb = gl.program_id(1)
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
+    )
+    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
+    _swa_len, _n_w, _comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    PF: gl.constexpr = 2 + 2 * KS
+    m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
+    l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
+    acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
+    mbarrier.wait(bars.index(0), 0)
+    if PIPE and DROP != 2:
+        mbarrier.wait(bars.index(1), 0)
+        s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, 0, mma_s)])
+        for j in range(0, total):
+            js = j % KS
+            ps = j % 2
+            # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax (the
+            # last tile repeats its own stage, result unused)
+            has_next = j + 1 < total
+            jn = gl.where(has_next, (j + 1) % KS, js)
+            mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1, pred=has_next)
+            s_tok = _qk(q_smem, k_smem, jn, mma_s)
+            p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
+            mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
+            p_smem.index(ps).store(p16)
+            x_smem.index(ps).store(alpha)
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(PF + ps), count=1)
+            alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+            tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
+                                acc * alpha_o[:, None], is_async=True)  # fmt: skip
+            acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(1 + KS + js), count=1)
+    else:
+        for j in range(0, total):
+            js = j % KS
+            ps = j % 2
+            mbarrier.wait(bars.index(1 + js), (j // KS) & 1)
+            if DROP != 2:
+                s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
+                for h in gl.static_range(2):
+                    s = warpgroup_mma(q_smem.index(h), k_smem.index(js * 2 + h).permute((1, 0)), s,
+                                      is_async=True)  # fmt: skip
+                s = warpgroup_mma_wait(0, deps=[s])
+                ok_j = kval_smem.index(js).load(gl.SliceLayout(0, mma_s)) != 0
+                s = gl.where(ok_j[None, :], s * scale, -float("inf"))
+                m_new = gl.maximum(m_i, gl.max(s, 1))
+                # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
+                m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
+                alpha = gl.exp(m_i - m_safe)
+                p = gl.exp(s - m_safe[:, None])
+                l_i = l_i * alpha + gl.sum(p, 1)
+                m_i = m_new
+                p16 = p.to(gl.bfloat16)
+                # P and alpha of this tile for consumer 1 (double-buffered)
+                mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
+                p_smem.index(ps).store(p16)
+                x_smem.index(ps).store(alpha)
+                fence_async_shared()
+                gl.thread_barrier()
+                mbarrier.arrive(bars.index(PF + ps), count=1)
+                alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+                tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
+                                    acc * alpha_o[:, None], is_async=True)  # fmt: skip
+                acc = warpgroup_mma_wait(0, deps=[tok])
+                gl.thread_barrier()
+            else:
+                mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
+                gl.thread_barrier()
+                mbarrier.arrive(bars.index(PF + ps), count=1)
+            mbarrier.arrive(bars.index(1 + KS + js), count=1)
+
+    # epilogue: sink in the denominator only; denominator and row flag to consumer 1
+    has = m_i > -float("inf")
+    m_safe_o = gl.where(has, m_i, 0.0)
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
+    omask = oheads < H
+    sink = gl.load(sink_ptr + oheads, mask=omask, other=0.0)
+    denom = gl.where(has, l_i + gl.exp(sink - m_safe_o), 0.0)
+    x_smem.index(2).store(denom)
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(PF + 4), count=1)
+    lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
+    gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
+    _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), out_ptr, t, stride_ot,
+               stride_oh, hb, H, 0, mma_o)  # fmt: skip
+    return (m_i,)
+
+
+@gluon.jit
+def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C: gl.constexpr,
+               mma_o: gl.constexpr):  # fmt: skip
+    o = gl.where(denom[:, None] > 0.0, acc / denom[:, None], 0.0).to(gl.bfloat16)
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
+    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
+    ptrs = out_ptr + t * stride_ot + oheads[:, None] * stride_oh + C * 256 + oc[None, :]
+    gl.store(ptrs, o, mask=(oheads < H)[:, None])
+
+
+@gluon.jit
+def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+    """P.V over channels [256, 512) with P and the rescale factor from consumer 0."""
+    (
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
+        _w_ptr,
+        _w_page_stride,
+        _w_page_size,
+        _w_num_slots,
+        _swa_ptr,
+        _stride_swa_t,
+        swa_lens_ptr,
+        W,
+        _c_ptr,
+        _c_page_stride,
+        _c_page_size,
+        _c_num_slots,
+        _comp_ptr,
+        _stride_comp_t,
+        comp_lens_ptr,
+        K,
+        _sink_ptr,
+        _scale,
+        out_ptr,
+        stride_ot,
+        stride_oh,
+        _lse_ptr,
+        _stride_lt,
+        H,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    t = gl.program_id(0).to(gl.int64)
+    hb = gl.program_id(1)
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
+    )
+    row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
+    _swa_len, _n_w, _comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    PF: gl.constexpr = 2 + 2 * KS
+    acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
+    for j in range(0, total):
+        js = j % KS
+        ps = j % 2
+        mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
+        if DROP != 2:
+            alpha = x_smem.index(ps).load(row_o)
+            tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1),
+                                acc * alpha[:, None], is_async=True)  # fmt: skip
+            acc = warpgroup_mma_wait(0, deps=[tok])
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
+        mbarrier.arrive(bars.index(1 + KS + js), count=1)
+    mbarrier.wait(bars.index(PF + 4), 0)
+    denom = x_smem.index(2).load(row_o)
+    _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, 1, mma_o)
+
+
+@gluon.jit
+def _gluon_sparse_attn_kernel(
+    q_ptr, stride_qt, stride_qh,  # bf16 q; strides in elements
+    w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr, stride_swa_t, swa_lens_ptr, W,
+    c_ptr, c_page_stride, c_page_size, c_num_slots, comp_ptr, stride_comp_t, comp_lens_ptr, K,
+    sink_ptr, scale,
+    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # bf16 out
+    H,
+    W_FMT: gl.constexpr, C_FMT: gl.constexpr,
+):  # fmt: skip
+    KS: gl.constexpr = _kstages(W_FMT, C_FMT, KSTAGES_MAIN)
+    NRAW: gl.constexpr = _kstages(W_FMT, C_FMT, NRAW_MAIN)
+    RW: gl.constexpr = _raw_words(W_FMT, C_FMT)
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 256], gl.bfloat16)
+    k_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 256], gl.bfloat16)
+    p_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], gl.bfloat16)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, 256], q_lay)
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2 * KS, BLOCK_N, 256], k_lay)
+    raw_smem = gl.allocate_shared_memory(gl.int32, [NRAW * 2, BLOCK_N, RW], plain)
+    scl_smem = gl.allocate_shared_memory(gl.uint8, [NRAW, BLOCK_N, 32], plain)
+    meta_smem = gl.allocate_shared_memory(gl.int32, [NRAW, BLOCK_N], plain1)
+    kval_smem = gl.allocate_shared_memory(gl.int32, [KS, BLOCK_N], plain1)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, BLOCK_N], p_lay)
+    x_smem = gl.allocate_shared_memory(gl.float32, [3, BLOCK_H], plain1)
+    # barriers: 0 Q stored; 1 + s K stage s filled; 1 + KS + s stage s released (2 arrivals);
+    # PF + b P buffer b filled; PF + 2 + b P buffer b consumed; PF + 4 denominator stored
+    PF: gl.constexpr = 2 + 2 * KS
+    bars = gl.allocate_shared_memory(gl.int64, [PF + 5, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(1 + KS):
+        mbarrier.init(bars.index(b), count=1)
+    for b in gl.static_range(1 + KS, PF):
+        mbarrier.init(bars.index(b), count=2)
+    for b in gl.static_range(PF, PF + 5):
+        mbarrier.init(bars.index(b), count=1)
+    fence_async_shared()
+    gl.thread_barrier()
+    a = (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr,
+         stride_swa_t, swa_lens_ptr, W, c_ptr, c_page_stride, c_page_size, c_num_slots,
+         comp_ptr, stride_comp_t, comp_lens_ptr, K, sink_ptr, scale, out_ptr, stride_ot,
+         stride_oh, lse_ptr, stride_lt, H)  # fmt: skip
+    gl.warp_specialize(
+        [
+            (
+                _consumer0,
+                (
+                    a,
+                    q_smem,
+                    k_smem,
+                    raw_smem,
+                    scl_smem,
+                    meta_smem,
+                    kval_smem,
+                    p_smem,
+                    x_smem,
+                    bars,
+                    W_FMT,
+                    C_FMT,
+                    KS,
+                ),
+            ),
+            (
+                _consumer1,
+                (
+                    a,
+                    q_smem,
+                    k_smem,
+                    raw_smem,
+                    scl_smem,
+                    meta_smem,
+                    kval_smem,
+                    p_smem,
+                    x_smem,
+                    bars,
+                    W_FMT,
+                    C_FMT,
+                    KS,
+                ),
+            ),
+            (
+                _producer,
+                (
+                    a,
+                    q_smem,
+                    k_smem,
+                    raw_smem,
+                    scl_smem,
+                    meta_smem,
+                    kval_smem,
+                    p_smem,
+                    x_smem,
+                    bars,
+                    W_FMT,
+                    C_FMT,
+                    KS,
+                ),
+            ),
+        ],
+        [4, 4],
+        [C1_REGS, PRODUCER_REGS],
+    )
