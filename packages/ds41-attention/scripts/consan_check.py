@@ -26,7 +26,8 @@ if os.environ.get("TRITON_INSTRUMENTATION_MODE") != "consan":
 import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, random_slots
+from attn_helpers import max_abs_entry
+from test_gpu import _problem
 
 from ds41_attention import reference_sparse_attention
 from ds41_attention.ops.sparse_attention.gluon_launch import (
@@ -42,23 +43,6 @@ def _scratch(size: int, alignment: int, stream: object) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device=CUDA)
 
 
-def problem(rows: int, wfmt: str, cfmt: str, k: int, seed: int, full: bool) -> tuple:
-    g = torch.Generator().manual_seed(seed)
-    d, w, page = 512, 128, 64
-    wc = random_cache(wfmt, d, page, max(4, rows * w // page // 4 + 2), g, device=CUDA)
-    cc = random_cache(cfmt, d, page, max(8, 4 * k // page + 2), g, device=CUDA) if k else None
-    wl = torch.full((rows,), w) if full else None
-    ss, sl = random_slots(rows, w, wc.num_slots, g, lens=wl)
-    if k:
-        kl = torch.full((rows,), k) if full else None
-        cs, cl = random_slots(rows, k, cc.num_slots, g, lens=kl)
-        comp = (cc, cs.to(CUDA), cl.to(CUDA))
-    else:
-        comp = (None, None, None)
-    q = random_q(rows, 64, d, g).to(CUDA)
-    return (q, wc, ss.to(CUDA), sl.to(CUDA), *comp, random_sink(64, g).to(CUDA), d**-0.5)
-
-
 def main() -> int:
     triton.set_allocator(_scratch)
     cases = [
@@ -68,7 +52,7 @@ def main() -> int:
         for rows, k, full in ((3, 512, False), (2, 512, True))
     ] + [(4, "mxfp8", "nvfp4", 0, False), (2, "mxfp8", "nvfp4", 2048, True)]
     for i, (rows, wfmt, cfmt, k, full) in enumerate(cases):
-        args = problem(rows, wfmt, cfmt, k, seed=100 + i, full=full)
+        args = _problem(64, 512, 128, k, rows, cfmt, 100 + i, wfmt=wfmt, lens_full=full)
         out, _ = launch_gluon_sparse_attention(*args)
         torch.cuda.synchronize()
         ref, _ = reference_sparse_attention(*args)

@@ -30,7 +30,8 @@ into the scale.
 
 Only D = 512 (the V4.1 geometry) is supported; the Triton kernel serves every other shape.
 `packages/ds41-attention/scripts/gluon_lab.py` is a copy with profiling switches (stage
-drops, stage counts) and `scripts/gluon_v1.py` the previous kernel, for A/B runs.
+drops, stage counts) for A/B runs; the previous kernel is `scripts/gluon_v1.py` at commit
+1de3a18.
 """
 
 from triton.experimental import gluon

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Memory and race checks of every ds41 GPU kernel in one call (the record is RELIABILITY.md):
+#   bash scripts/sanitize.sh [OUTDIR] [memcheck,racecheck,consan,app]
+# - memcheck: compute-sanitizer over the `gpu` tests of ds41-cache, -indexer and -attention;
+# - racecheck: compute-sanitizer over the `gpu` tests of the indexer and of the attention's
+#   Triton kernels (DS41_TEST_PIN_TRITON=1 and -k "not gluon": racecheck does not model the
+#   Gluon kernel's barrier-then-one-thread mbarrier hand-offs and flags every one of them);
+# - consan: Triton's concurrency sanitizer over the Gluon kernel (models mbarriers, named
+#   barriers, cp.async and wgmma groups);
+# - app: memcheck over the runner's own kernels through the app (`tiny` and `flash_mini`,
+#   eager and CUDA-graph steps); the runner's `gpu` tests are too slow under memcheck.
+# The checks run side by side on the one GPU; SANITIZE_TIMEOUT (s, default 420) bounds each.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-sanitize_out}}
+only=${2:-memcheck,racecheck,consan,app}
+mkdir -p "$out"
+if compgen -G ".whl/*" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/* && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+src=packages/ds41-cache/src:packages/ds41-indexer/src:packages/ds41-attention/src:packages/ds41-runner/src
+export PYTHONPATH=$src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET
+limit=${SANITIZE_TIMEOUT:-420}
+cs=(compute-sanitizer --target-processes all --error-exitcode 1 --print-limit 100)
+tests=(-q -m gpu -p no:cacheprovider -n 3)
+job() {  # job NAME CMD...: run CMD under the time limit, log to $out/NAME.log
+  local name=$1; shift
+  ( timeout "$limit" "$@" >"$out/$name.log" 2>&1; echo "$name rc=$?" >>"$out/rc.txt" ) &
+}
+rm -f "$out/rc.txt"
+if [[ $only == *memcheck* ]]; then
+  for p in cache indexer attention; do
+    job "memcheck_$p" "${cs[@]}" --tool memcheck python3 -m pytest "${tests[@]}" "packages/ds41-$p/tests"
+  done
+fi
+if [[ $only == *racecheck* ]]; then
+  job racecheck_indexer "${cs[@]}" --tool racecheck python3 -m pytest "${tests[@]}" packages/ds41-indexer/tests
+  DS41_TEST_PIN_TRITON=1 job racecheck_attention_triton "${cs[@]}" --tool racecheck \
+    python3 -m pytest "${tests[@]}" -k "not gluon" packages/ds41-attention/tests
+fi
+if [[ $only == *consan* ]]; then
+  TRITON_INSTRUMENTATION_MODE=consan job consan_gluon python3 packages/ds41-attention/scripts/consan_check.py
+fi
+if [[ $only == *app* ]]; then
+  for m in tiny flash_mini; do
+    for g in eager cuda_graph; do
+      job "memcheck_app_${m}_$g" "${cs[@]}" --tool memcheck python3 -m ds41_runner device=cuda \
+        model=$m graph=$g workload=tiny plot=false progress=false "hydra.run.dir=$out/app_${m}_$g"
+    done
+  done
+fi
+wait
+echo "=== sanitize summary ($out)"
+sort "$out/rc.txt"
+for f in "$out"/*.log; do
+  printf '%-40s %s\n' "$(basename "$f")" \
+    "$(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY|consan: [0-9]+ launches|passed|failed' "$f" | tail -2 | tr '\n' ' ')"
+done
+! grep -q "rc=[^0]" "$out/rc.txt"
