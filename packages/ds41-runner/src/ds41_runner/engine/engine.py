@@ -224,10 +224,17 @@ class Engine:
 
         v = cfg if isinstance(cfg, Validated) else validate(cfg)
         run: RunConfig = v.run
-        device = resolve_device(run.device)
-        model = Model(
-            v.model, mode=run.mode.name, backend=run.backend, device=device, seed=run.seed
-        )
+        model: Model
+        if run.parallel.tp > 1:  # this process's rank of a tensor-parallel group
+            from ..parallel.model import build_tp_model
+
+            model = build_tp_model(run, v.model)
+            device = model.device
+        else:
+            device = resolve_device(run.device)
+            model = Model(
+                v.model, mode=run.mode.name, backend=run.backend, device=device, seed=run.seed
+            )
         kv = KVState(
             v.model,
             kv_dtype=resolve_kv_dtype(run.kv_dtype.name, run.mode.name),
