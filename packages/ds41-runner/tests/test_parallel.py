@@ -85,10 +85,9 @@ def test_dead_rank_fails_fast() -> None:
         env = _env()
         env.update(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port))  # fmt: skip
-        procs.append(
-            subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
-        )
+        pipe = subprocess.PIPE
+        cmd = [sys.executable, "-c", code]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe, text=True))
     t0 = time.monotonic()
     outs = [p.communicate(timeout=60) for p in procs]
     assert procs[1].returncode == 3

@@ -144,8 +144,10 @@ class _Progress:
 
 
 def run(cfg: DictConfig | Validated, output_dir: Path | str, console: Console | None = None,
-        model_name: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run the workload and the invariance checks; write the reports; return the report."""
+        model_name: str | None = None, engine: Engine | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run the workload and the invariance checks; write the reports; return the report.
+
+    `engine`: one already built for this config (default: `Engine.from_config(cfg)`)."""
     quiet_library_logs()
     v = cfg if isinstance(cfg, Validated) else validate(cfg)
     run_cfg = v.run
@@ -154,7 +156,8 @@ def run(cfg: DictConfig | Validated, output_dir: Path | str, console: Console | 
     # Tensor parallelism: every rank runs the workload; rank 0 alone shows and writes it.
     main_rank = run_cfg.parallel.tp == 1 or int(os.environ.get("RANK", "0")) == 0
     with _Progress(run_cfg.progress and main_rank, console) as progress:
-        engine = Engine.from_config(v)
+        if engine is None:
+            engine = Engine.from_config(v)
         progress.note(
             f"ds41-run: {v.model.n_layers} layers on {engine.device}, mode={run_cfg.mode.name}, "
             f"{run_cfg.workload.num_requests} requests"

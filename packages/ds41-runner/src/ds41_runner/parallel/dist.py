@@ -10,7 +10,7 @@ bit); `all_reduce` serves mode "fast".
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import torch
@@ -26,10 +26,15 @@ class TPGroup:
     device: torch.device
     backend: str
     """"nccl" or "gloo"."""
+    trace: list[tuple[str, tuple[int, ...], torch.dtype]] | None = field(default=None)
+    """When a list, every collective appends (op, input shape, dtype) (the benchmark replays
+    a step's collectives alone to time them)."""
 
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         """`t: [*S]` (same shape and dtype on every rank) -> `[size, *S]`, rank r's at [r]."""
         t = t.contiguous()
+        if self.trace is not None:
+            self.trace.append(("all_gather", tuple(t.shape), t.dtype))
         if self.size == 1:
             return t.unsqueeze(0)
         if self.backend == "nccl":
@@ -42,6 +47,8 @@ class TPGroup:
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         """In-place sum over ranks (mode "fast" only: the order of the additions is NCCL's)."""
+        if self.trace is not None:
+            self.trace.append(("all_reduce", tuple(t.shape), t.dtype))
         if self.size > 1:
             dist.all_reduce(t)
         return t
