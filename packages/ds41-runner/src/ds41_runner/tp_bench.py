@@ -7,11 +7,12 @@ the step's communication.
 TP=1 is the plain `Model` on rank 0's GPU (the other ranks wait); TP=N is `TPModel` on every
 rank. Both draw their weights on the GPU (same seed: the same full weights). Steps are
 `model.forward` on a synthetic history (as `ds41_runner.bench`): decode = `--batch` rows, one
-per request at position `--context`; prefill = one request appending `--prefill` rows. Times
-are CUDA-graph replays (eager if capture fails; the table says which), CUDA-event medians on
-rank 0. "comm" = the step's collectives (recorded during one step: same ops, shapes and order)
-replayed alone in a graph on both ranks: the time a step spends communicating when nothing
-overlaps it (mode=bi overlaps nothing: each gather feeds the next op).
+per request at position `--context`; prefill = one request appending `--prefill` rows (the
+log-probs of its last row only, as the engine samples). Times are CUDA-graph replays (eager
+if capture fails; the table says which), CUDA-event medians on rank 0. "comm" = the step's
+collectives (recorded during one step: same ops, shapes and order) replayed alone in a graph
+on both ranks: the time a step spends communicating when nothing overlaps it (mode=bi
+overlaps nothing: each gather feeds the next op).
 """
 
 from __future__ import annotations
@@ -66,8 +67,22 @@ def _step_inputs(
     return tok.to(device), req.to(device), pos.to(device)
 
 
+class _LastRow:
+    """A model whose forward returns the log-probs of the last row only (a prefill chunk as
+    the engine runs it: only the last prompt row samples)."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.group = getattr(model, "group", None)
+
+    def forward(self, tok: torch.Tensor, req: torch.Tensor, pos: torch.Tensor, kv: KVState,
+                *, validate: bool = True) -> torch.Tensor:  # fmt: skip
+        last = torch.full((1,), tok.shape[0] - 1, dtype=torch.int64, device=tok.device)
+        return self.model.forward(tok, req, pos, kv, validate=validate, logit_rows=last)
+
+
 def _timed_step(
-    model: Model, kv: KVState, inputs: tuple[torch.Tensor, ...], args: argparse.Namespace
+    model: Any, kv: KVState, inputs: tuple[torch.Tensor, ...], args: argparse.Namespace
 ) -> tuple[list[float], str]:
     tok, req, pos = inputs
     device = kv.device
@@ -128,10 +143,11 @@ def _measure(model: Model, args: argparse.Namespace, tp: int) -> dict[str, Any]:
     out: dict[str, Any] = {"tp": tp}
     for kind in ("decode", "prefill"):
         inputs = _step_inputs(model, args, kind, device)
-        ms, how = _timed_step(model, kv, inputs, args)
+        step_model: Any = model if kind == "decode" else _LastRow(model)
+        ms, how = _timed_step(step_model, kv, inputs, args)
         out[kind] = {"ms": statistics.median(ms), "ms_min": min(ms), "how": how}
         if tp > 1:
-            out[kind]["comm_ms"] = _comm_ms(model, kv, inputs, args.iters)
+            out[kind]["comm_ms"] = _comm_ms(step_model, kv, inputs, args.iters)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         out["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
@@ -172,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             one = Model(cfg, mode=args.mode, backend=backend, device=device, weights=w)
             del w
             res["runs"].append(_measure(one, args, 1))
+            if args.json:
+                Path(args.json).write_text(json.dumps(res, indent=2))
             del one
             if kind == "cuda":
                 torch.cuda.empty_cache()

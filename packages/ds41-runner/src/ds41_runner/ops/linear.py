@@ -10,7 +10,7 @@ import torch
 from ds41_cache.backend import interpreter_active, resolve_backend
 from ds41_cache.outputs import empty
 
-from .matmul.naive import reduce_partials, rowwise_matmul, rowwise_partials
+from .matmul.naive import cpu_segment_len, reduce_partials, rowwise_matmul, rowwise_partials
 from .matmul.plan import BLOCK_N, MatmulPlan, plan_matmul
 
 Mode = Literal["bi", "fast"]
@@ -117,7 +117,7 @@ def linear_partials(
     if fp32:
         x, w = x.to(torch.float32), w.to(torch.float32)
     if resolve_backend(backend, x.device) == "torch":
-        return rowwise_partials(x, w)
+        return rowwise_partials(x, w, cpu_segment_len(plan_shape[1]))
     from .matmul.triton_kernels import launch_partials
 
     interp = interpreter_active()
@@ -144,11 +144,10 @@ def reduce_linear_partials(
 def segment_len(n: int, k: int, groups: int, backend: str) -> int:
     """Channels of K per segment of a `[groups, n, k]` weight on `backend` ("torch" or
     "triton"): a K shard must start on a multiple of this."""
-    from .matmul.naive import CPU_SEG
     from .matmul.plan import BLOCK_K
 
     if backend == "torch":
-        return CPU_SEG
+        return cpu_segment_len(k)
     return plan_matmul(n, k, groups).seg_tiles * BLOCK_K
 
 

@@ -7,12 +7,13 @@ row and the weight only. (An elementwise product and a torch reduction rather th
 BLAS gemv wakes its thread pool on every call, which costs ~100x more for the small shapes of
 the CPU model.)
 
-K is cut into segments of `CPU_SEG` channels (the last one shorter when K is not a multiple):
-each segment is summed on its own, `[N, S, CPU_SEG].sum(-1)` per row, and the segments are
+K is cut into segments of `cpu_segment_len(K)` channels (64, 32 or 16: the longest that cuts K
+into an even number of segments; 16 with a shorter last segment when K is not a multiple of
+16): each segment is summed on its own, `[N, S, L].sum(-1)` per row, and the segments are
 added in ascending order to a zero fp32 total, the structure of the Triton kernel's plan.
 A tensor-parallel rank that holds whole segments of K computes exactly its part of that
-sum (`rowwise_partials`); the ranks' partials added in segment order (`reduce_partials`) give
-the single-process bits.
+sum (`rowwise_partials` with the full K's segment length); the ranks' partials added in
+segment order (`reduce_partials`) give the single-process bits.
 """
 
 from __future__ import annotations
@@ -22,30 +23,41 @@ import torch
 from ds41_cache.outputs import empty
 
 CPU_SEG = 16
-"""Channels of K per segment on the CPU path (a constant: the bits do not depend on N or M)."""
+"""The shortest segment of the CPU path (channels)."""
 
 
-def rowwise_partials(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """`x: [M, K]`, `w: [N, K]` (any float dtypes) -> f32 `[S, M, N]`, S = ceil(K / CPU_SEG):
-    `out[s, m, n]` = the fp32 sum of `x[m, k] * w[n, k]` over segment s (bf16 x bf16 products
-    are exact in fp32)."""
+def cpu_segment_len(k: int) -> int:
+    """Channels per K segment of a weight with K = `k` on the CPU path (its shape alone)."""
+    for seg in (64, 32):
+        if k % (2 * seg) == 0:
+            return seg
+    return CPU_SEG
+
+
+def rowwise_partials(x: torch.Tensor, w: torch.Tensor, seg: int | None = None) -> torch.Tensor:
+    """`x: [M, K]`, `w: [N, K]` (any float dtypes) -> f32 `[S, M, N]` (a permuted view),
+    S = ceil(K / seg), seg = `cpu_segment_len(K)` unless given (a K shard passes its full
+    weight's): `out[s, m, n]` = the fp32 sum of `x[m, k] * w[n, k]` over segment s (bf16 x
+    bf16 products are exact in fp32)."""
     m, k = x.shape
     n = w.shape[0]
-    full = k // CPU_SEG
-    tail = k - full * CPU_SEG
+    seg = cpu_segment_len(k) if seg is None else seg
+    full = k // seg
+    tail = k - full * seg
     segs = full + (1 if tail else 0)
     w32 = w.to(torch.float32)
-    w_main = w32[:, : full * CPU_SEG].reshape(n, full, CPU_SEG)
-    w_tail = w32[:, full * CPU_SEG :].contiguous() if tail else None
-    out = empty((segs, m, n), torch.float32, x.device)
+    w_main = w32[:, : full * seg].reshape(n, full, seg)
+    w_tail = w32[:, full * seg :].contiguous() if tail else None
+    x32 = x.to(torch.float32)
+    out = empty((m, n, segs), torch.float32, x.device)
     for i in range(m):
-        xi = x[i].to(torch.float32)
-        if full:
-            part = (w_main * xi[: full * CPU_SEG].view(full, CPU_SEG)).sum(dim=-1)
-            out[:full, i] = part.T
-        if w_tail is not None:
-            out[full, i] = (w_tail * xi[full * CPU_SEG :]).sum(dim=-1)
-    return out
+        if tail:
+            out[i, :, :full] = (w_main * x32[i, : full * seg].view(full, seg)).sum(dim=-1)
+            assert w_tail is not None
+            out[i, :, full] = (w_tail * x32[i, full * seg :]).sum(dim=-1)
+        elif full:
+            torch.sum(w_main * x32[i].view(full, seg), dim=-1, out=out[i])
+    return out.permute(2, 0, 1)
 
 
 def reduce_partials(parts: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
