@@ -10,11 +10,13 @@ a config is rejected (printed once, nothing left on disk) or mode=bi and a check
     ds41-run                                   # model=tiny on the CPU
     ds41-run kv_dtype=fp8_ds_mla chunk_size=16 mode=fast
     ds41-run -m chunk_size=1,16 kv_dtype=bf16,nvfp4_ds_mla
+    torchrun --nproc-per-node=2 -m ds41_runner parallel.tp=2 model=flash_mini
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import time
@@ -142,15 +144,20 @@ class _Progress:
 
 
 def run(cfg: DictConfig | Validated, output_dir: Path | str, console: Console | None = None,
-        model_name: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run the workload and the invariance checks; write the reports; return the report."""
+        model_name: str | None = None, engine: Engine | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run the workload and the invariance checks; write the reports; return the report.
+
+    `engine`: one already built for this config (default: `Engine.from_config(cfg)`)."""
     quiet_library_logs()
     v = cfg if isinstance(cfg, Validated) else validate(cfg)
     run_cfg = v.run
     out = Path(output_dir)
     console = console or Console()
-    with _Progress(run_cfg.progress, console) as progress:
-        engine = Engine.from_config(v)
+    # Tensor parallelism: every rank runs the workload; rank 0 alone shows and writes it.
+    main_rank = run_cfg.parallel.tp == 1 or int(os.environ.get("RANK", "0")) == 0
+    with _Progress(run_cfg.progress and main_rank, console) as progress:
+        if engine is None:
+            engine = Engine.from_config(v)
         progress.note(
             f"ds41-run: {v.model.n_layers} layers on {engine.device}, mode={run_cfg.mode.name}, "
             f"{run_cfg.workload.num_requests} requests"
@@ -187,6 +194,8 @@ def run(cfg: DictConfig | Validated, output_dir: Path | str, console: Console | 
                 progress.update(n + 1)
 
     rep_dict = _build_report(v, engine, wl, results, stats, batched_seconds, checks, model_name)
+    if not main_rank:
+        return rep_dict
     out.mkdir(parents=True, exist_ok=True)
     rep.write_json(rep_dict, out / "report.json")
     rep.write_markdown(rep_dict, out / "report.md")
@@ -282,6 +291,7 @@ def _build_report(
         "backend": getattr(engine.model, "backend", r.backend),
         "graph": r.graph.name if engine.graphs is not None else "eager",
         "chunk_size": r.chunk_size,
+        "tensor_parallel": r.parallel.tp,
         "arrivals": list(wl.arrivals),
         "summary": summary,
         "invariance": invariance,
@@ -398,7 +408,12 @@ def main() -> None:
     _SESSION.failed.clear()
     _SESSION.jobs.clear()
     _SESSION.sweep_dir = None
-    _hydra_main()
+    try:
+        _hydra_main()
+    finally:
+        from .parallel import shutdown
+
+        shutdown()
     if _SESSION.sweep_dir is not None and _SESSION.jobs:
         console = Console()
         jobs = _label_jobs(_SESSION.jobs)

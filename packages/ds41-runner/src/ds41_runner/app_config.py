@@ -34,7 +34,7 @@ MODES: tuple[str, ...] = ("bi", "fast")
 GRAPHS: tuple[str, ...] = ("eager", "cuda_graph")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 BACKENDS: tuple[str, ...] = ("auto", "torch", "triton")
-MODEL_PRESETS: tuple[str, ...] = ("tiny", "flash_mini", "flash")
+MODEL_PRESETS: tuple[str, ...] = ("tiny", "flash_mini", "flash_wide", "flash")
 CONFIG_DIR_ENV = "DS41_CONFIG_DIR"
 
 
@@ -84,6 +84,25 @@ class GraphConfig:
         if list(self.batch_sizes) != sorted(set(self.batch_sizes)):
             raise ValueError(
                 f"graph.batch_sizes must be strictly increasing, got {list(self.batch_sizes)}"
+            )
+
+
+@dataclass
+class ParallelConfig:
+    """Tensor parallelism (`ds41_runner.parallel`): `tp` ranks, one process each, launched by
+    `torchrun --nproc-per-node=tp -m ds41_runner parallel.tp=tp ...`; `timeout_s` bounds
+    every collective, so a rank that dies makes the others fail instead of hang."""
+
+    name: str = "default"
+    tp: int = 1
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp <= 0:
+            raise ValueError(f"parallel.tp must be a positive integer, got {self.tp!r}")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(
+                f"parallel.timeout_s must be a finite number > 0, got {self.timeout_s}"
             )
 
 
@@ -147,6 +166,7 @@ class RunConfig:
     mode: ModeConfig = field(default_factory=ModeConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     chunk_size: int = 32
     device: str = "auto"
     backend: str = "auto"
@@ -289,6 +309,9 @@ def validate(cfg: DictConfig) -> Validated:
             f"got {run.max_tokens_per_request}"
         )
     check_cache_memory(run, model)
+    from .parallel.checks import check_parallel
+
+    check_parallel(run, model)
     return Validated(run, model)
 
 
@@ -393,6 +416,7 @@ _DEFAULTS: list[Any] = [
     {"mode": "bi"},
     {"graph": "eager"},
     {"workload": "small"},
+    {"parallel": "default"},
     "_self_",
 ]
 
@@ -426,6 +450,7 @@ def register_configs() -> None:
     options += [("mode", n, ModeConfig(name=n)) for n in MODES]
     options += [("graph", n, GraphConfig(name=n)) for n in GRAPHS]
     options += [("workload", n, w) for n, w in WORKLOADS.items()]
+    options += [("parallel", "default", ParallelConfig())]
     try:
         from .model import ModelConfig
 

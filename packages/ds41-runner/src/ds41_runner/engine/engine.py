@@ -216,19 +216,30 @@ class Engine:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_config(cls, cfg: DictConfig | Validated, **overrides: Any) -> Engine:
+    def from_config(
+        cls, cfg: DictConfig | Validated, *, model: Any = None, **overrides: Any
+    ) -> Engine:
         """Build model, caches and engine from a composed config (`ds41_runner.compose`).
 
-        `overrides` are passed to the Engine constructor (e.g. `keep_rows=True`).
+        `model`: reuse a model built for this config (its mode and geometry; new caches are
+        made). `overrides` are passed to the Engine constructor (e.g. `keep_rows=True`).
         """
         from ..model import KVState, Model
 
         v = cfg if isinstance(cfg, Validated) else validate(cfg)
         run: RunConfig = v.run
-        device = resolve_device(run.device)
-        model = Model(
-            v.model, mode=run.mode.name, backend=run.backend, device=device, seed=run.seed
-        )
+        if model is not None:
+            device = model.device
+        elif run.parallel.tp > 1:  # this process's rank of a tensor-parallel group
+            from ..parallel.model import build_tp_model
+
+            model = build_tp_model(run, v.model)
+            device = model.device
+        else:
+            device = resolve_device(run.device)
+            model = Model(
+                v.model, mode=run.mode.name, backend=run.backend, device=device, seed=run.seed
+            )
         kv = KVState(
             v.model,
             kv_dtype=resolve_kv_dtype(run.kv_dtype.name, run.mode.name),

@@ -128,7 +128,8 @@ class ModelConfig:
     @classmethod
     def preset(cls, name: str) -> ModelConfig:
         """`tiny` (CPU default), `flash_mini` (V4.1-Flash attention geometry, 8 layers, small
-        hidden) or `flash` (the 40-layer V4.1-Flash geometry)."""
+        hidden), `flash_wide` (flash_mini's layers at the V4.1 widths) or `flash` (the
+        40-layer V4.1-Flash geometry)."""
         if name not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
         cfg = cls(**PRESETS[name])
@@ -324,4 +325,20 @@ FLASH: dict[str, Any] = dict(
     max_position=1048576,
 )
 
-PRESETS: dict[str, dict[str, Any]] = {"tiny": TINY, "flash_mini": FLASH_MINI, "flash": FLASH}
+FLASH_WIDE: dict[str, Any] = dict(
+    FLASH_MINI,
+    vocab_size=129280,
+    hidden=5120,
+    q_lora_rank=1280,
+    o_lora_rank=1024,
+    mlp_hidden=12288,
+)
+"""flash_mini's 8 layers and roles at the V4.1 widths (hidden 5120, q_lora 1280, o_lora 1024,
+vocabulary 129280; the dense MLP of `flash`): large enough for tensor parallelism to pay."""
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": TINY,
+    "flash_mini": FLASH_MINI,
+    "flash_wide": FLASH_WIDE,
+    "flash": FLASH,
+}

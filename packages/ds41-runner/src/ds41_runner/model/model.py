@@ -78,6 +78,7 @@ class Model:
         attention_impl: Any = None,
         indexer_impl: Any = None,
         compressor_impl: Any = None,
+        weights: ModelWeights | None = None,
     ) -> None:
         check_mode(mode)
         cfg.validate()
@@ -120,7 +121,11 @@ class Model:
         self.attention_impl = parts["attention_impl"]
         self.indexer_impl = parts["indexer_impl"]
         self.compressor_impl = parts["compressor_impl"]
-        self.weights: ModelWeights = init_weights(cfg, self.device, seed=self.seed)
+        self.weights: ModelWeights = (
+            init_weights(cfg, self.device, seed=self.seed) if weights is None else weights
+        )
+        self.layer_cfg = cfg
+        """The geometry the layers see (a tensor-parallel rank's: its share of the heads)."""
         self.runtime = Runtime(
             mode=mode,
             backend=self.backend,
@@ -196,14 +201,14 @@ class Model:
         win_slots = entry_slots(kv.window_alloc.block_table, req_idx, pos, valid, kv.page_size)
         ctx = StepContext(req_idx, pos, valid, win_slots, kv, validate, capture=capture)
         tok = torch.where(valid, tokens, torch.zeros_like(tokens)).clamp(0, cfg.vocab_size - 1)
-        x = w.embed[tok]
+        x = self._embed(tok)
         if nonfinite_stage is not None:
             nonfinite_stage.fill_(NO_NONFINITE_STAGE)
             _mark_nonfinite(nonfinite_stage, x, 0)
         eps = cfg.rms_norm_eps
         for plan, lw in zip(self.plans, w.layers, strict=True):
             h = rt.norm(x, lw.attn_norm, eps)
-            x = x + attention_block(cfg, plan, lw, h, ctx, rt)
+            x = x + attention_block(self.layer_cfg, plan, lw, h, ctx, rt)
             if nonfinite_stage is not None:
                 _mark_nonfinite(nonfinite_stage, x, 1 + 2 * plan.layer)
             x = x + mlp_block(lw, rt.norm(x, lw.mlp_norm, eps), rt)
@@ -214,10 +219,17 @@ class Model:
         if logit_rows is not None:
             x = x.index_select(0, logit_rows)
         h = rt.norm(x, w.final_norm, eps)
-        logits = rt.lin(h, w.lm_head, out_dtype=torch.float32)
-        return log_softmax(logits, backend=self.backend)
+        return log_softmax(self._lm_head(h), backend=self.backend)
 
     __call__ = forward
+
+    def _embed(self, tok: torch.Tensor) -> torch.Tensor:
+        """int64 `[T]` token ids in range -> bf16 `[T, hidden]` (a hook for tensor parallelism)."""
+        return self.weights.embed[tok]
+
+    def _lm_head(self, h: torch.Tensor) -> torch.Tensor:
+        """Normed bf16 `[S, hidden]` -> f32 logits `[S, V]` (a hook for tensor parallelism)."""
+        return self.runtime.lin(h, self.weights.lm_head, out_dtype=torch.float32)
 
     def _check_inputs(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import torch
@@ -9,8 +10,8 @@ import torch
 from ds41_cache.backend import interpreter_active, resolve_backend
 from ds41_cache.outputs import empty
 
-from .matmul.naive import rowwise_matmul
-from .matmul.plan import plan_matmul
+from .matmul.naive import cpu_segment_len, reduce_partials, rowwise_matmul, rowwise_partials
+from .matmul.plan import BLOCK_N, MatmulPlan, plan_matmul
 
 Mode = Literal["bi", "fast"]
 MODES: tuple[str, ...] = ("bi", "fast")
@@ -42,6 +43,7 @@ def linear(
     out_dtype: torch.dtype | None = None,
     fp32: bool = False,
     backend: str = "auto",
+    plan_shape: tuple[int, int, int] | None = None,
 ) -> torch.Tensor:
     """`x: [M, K]`, `w: [N, K]` -> `x @ w^T: [M, N]` (dtype `out_dtype`, default `x.dtype`).
 
@@ -49,12 +51,14 @@ def linear(
     projections, SPEC section 5). Mode "bi": each row's result is independent of M and of the
     other rows (Triton: tiles and K segments fixed by the weight's shape, `matmul.plan`;
     torch: per-row products). Mode "fast": `torch.matmul`, whose blocking may depend on M.
+    `plan_shape = (n, k, groups)`: the weight whose plan fixes the K segments when `w` is a
+    column shard of it (tensor parallelism: the shard's columns get the full weight's bits).
     """
     check_mode(mode)
     _check_operands(x, w, 2)
     if x.shape[1] != w.shape[1]:
         raise ValueError(f"w must be [N, {x.shape[1]}] to match x's K, got {list(w.shape)}")
-    return _dispatch(x.unsqueeze(1), w.unsqueeze(0), mode, out_dtype, fp32, backend)
+    return _dispatch(x.unsqueeze(1), w.unsqueeze(0), mode, out_dtype, fp32, backend, plan_shape)
 
 
 def grouped_linear(
@@ -64,12 +68,14 @@ def grouped_linear(
     mode: str = "bi",
     out_dtype: torch.dtype | None = None,
     backend: str = "auto",
+    plan_shape: tuple[int, int, int] | None = None,
 ) -> torch.Tensor:
     """`x: [M, G, K]`, `w: [G, N, K]` -> `[M, G * N]`, block g = `x[:, g] @ w[g]^T`.
 
     One launch for all groups (the output projection's `wo_a`). Mode "bi": rows are
     independent of M as in `linear`; the K segmentation is planned from the whole `[G, N, K]`
     weight, so a group's bits may differ from `linear(x[:, g], w[g])` on Triton.
+    `plan_shape`: as in `linear` (a shard of the groups of a larger weight).
     """
     check_mode(mode)
     _check_operands(x, w, 3)
@@ -78,7 +84,71 @@ def grouped_linear(
             f"w must be [{x.shape[1]}, N, {x.shape[2]}] to match x's groups and K, "
             f"got {list(w.shape)}"
         )
-    return _dispatch(x, w, mode, out_dtype, False, backend)
+    return _dispatch(x, w, mode, out_dtype, False, backend, plan_shape)
+
+
+def shard_plan(n: int, k: int, groups: int, plan_shape: tuple[int, int, int] | None) -> MatmulPlan:
+    """The plan of a `[groups, n, k]` weight, or of the larger weight `plan_shape` it is a
+    column (or group) shard of: the segments of the full weight, the tiles of the shard."""
+    if plan_shape is None:
+        return plan_matmul(n, k, groups)
+    full = plan_matmul(*plan_shape)
+    return dataclasses.replace(full, n=n, groups=groups, n_tiles=-(-n // BLOCK_N))
+
+
+def linear_partials(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    plan_shape: tuple[int, int, int],
+    fp32: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Mode "bi" K-shard product: `x: [M, Ks]`, `w: [N, Ks]` -> f32 `[S, M, N]`, the fp32
+    chain of each K segment the shard holds, in order.
+
+    `plan_shape = (n, k, 1)` names the full weight; the shard must start and end on its
+    segment boundaries (`segment_len`). Adding the segments of all shards in order with
+    `reduce_linear_partials` gives `linear(x_full, w_full)` bitwise.
+    """
+    _check_operands(x, w, 2)
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"w must be [N, {x.shape[1]}] to match x's K, got {list(w.shape)}")
+    if fp32:
+        x, w = x.to(torch.float32), w.to(torch.float32)
+    if resolve_backend(backend, x.device) == "torch":
+        return rowwise_partials(x, w, cpu_segment_len(plan_shape[1]))
+    from .matmul.triton_kernels import launch_partials
+
+    interp = interpreter_active()
+    if x.dtype != w.dtype:
+        x, w = x.to(torch.float32), w.to(torch.float32)
+    ieee = x.dtype == torch.float32 or interp
+    plan = plan_matmul(*plan_shape)
+    return launch_partials(x.unsqueeze(1), w.unsqueeze(0), plan, upcast=interp, ieee_fp32=ieee)
+
+
+def reduce_linear_partials(
+    parts: torch.Tensor, out_dtype: torch.dtype, *, backend: str = "auto"
+) -> torch.Tensor:
+    """f32 `[S, M, N]` segment chains -> `[M, N]` in `out_dtype`, added in segment order from
+    a zero total (the single-process matmul's last step)."""
+    if resolve_backend(backend, parts.device) == "torch":
+        return reduce_partials(parts, out_dtype)
+    from .matmul.triton_kernels import launch_reduce
+
+    out = empty(tuple(parts.shape[1:]), out_dtype, parts.device)
+    return launch_reduce(parts.contiguous(), out)
+
+
+def segment_len(n: int, k: int, groups: int, backend: str) -> int:
+    """Channels of K per segment of a `[groups, n, k]` weight on `backend` ("torch" or
+    "triton"): a K shard must start on a multiple of this."""
+    from .matmul.plan import BLOCK_K
+
+    if backend == "torch":
+        return cpu_segment_len(k)
+    return plan_matmul(n, k, groups).seg_tiles * BLOCK_K
 
 
 def _dispatch(
@@ -88,6 +158,7 @@ def _dispatch(
     out_dtype: torch.dtype | None,
     fp32: bool,
     backend: str,
+    plan_shape: tuple[int, int, int] | None = None,
 ) -> torch.Tensor:
     """`x: [M, G, K]`, `w: [G, N, K]` (checked) -> `[M, G * N]`."""
     m, g, _ = x.shape
@@ -120,5 +191,5 @@ def _dispatch(
     if w.shape[2] == 0:
         return out.zero_()
     ieee = x.dtype == torch.float32 or interp
-    plan = plan_matmul(n, w.shape[2], g)
+    plan = shard_plan(n, w.shape[2], g, plan_shape)
     return launch_matmul(x, w, out, plan, upcast=interp, ieee_fp32=ieee)

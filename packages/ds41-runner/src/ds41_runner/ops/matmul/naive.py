@@ -2,10 +2,18 @@
 
 A BLAS GEMM picks blocking (and on many libraries the reduction split) from the matrix shape,
 so a row's bits can change with M. Here each row is computed by the same fixed-shape op,
-`(w * row).sum(-1)` over `[N, K]`, whatever M is and wherever the row sits, so its result
-depends on that row and the weight only. (An elementwise product and a torch reduction rather
-than `torch.mv`: BLAS gemv wakes its thread pool on every call, which costs ~100x more for the
-small shapes of the CPU model.)
+`(w * row).sum(-1)`, whatever M is and wherever the row sits, so its result depends on that
+row and the weight only. (An elementwise product and a torch reduction rather than `torch.mv`:
+BLAS gemv wakes its thread pool on every call, which costs ~100x more for the small shapes of
+the CPU model.)
+
+K is cut into segments of `cpu_segment_len(K)` channels (64, 32 or 16: the longest that cuts K
+into an even number of segments; 16 with a shorter last segment when K is not a multiple of
+16): each segment is summed on its own, `[N, S, L].sum(-1)` per row, and the segments are
+added in ascending order to a zero fp32 total, the structure of the Triton kernel's plan.
+A tensor-parallel rank that holds whole segments of K computes exactly its part of that
+sum (`rowwise_partials` with the full K's segment length); the ranks' partials added in
+segment order (`reduce_partials`) give the single-process bits.
 """
 
 from __future__ import annotations
@@ -14,18 +22,57 @@ import torch
 
 from ds41_cache.outputs import empty
 
+CPU_SEG = 16
+"""The shortest segment of the CPU path (channels)."""
+
+
+def cpu_segment_len(k: int) -> int:
+    """Channels per K segment of a weight with K = `k` on the CPU path (its shape alone)."""
+    for seg in (64, 32):
+        if k % (2 * seg) == 0:
+            return seg
+    return CPU_SEG
+
+
+def rowwise_partials(x: torch.Tensor, w: torch.Tensor, seg: int | None = None) -> torch.Tensor:
+    """`x: [M, K]`, `w: [N, K]` (any float dtypes) -> f32 `[S, M, N]` (a permuted view),
+    S = ceil(K / seg), seg = `cpu_segment_len(K)` unless given (a K shard passes its full
+    weight's): `out[s, m, n]` = the fp32 sum of `x[m, k] * w[n, k]` over segment s (bf16 x
+    bf16 products are exact in fp32)."""
+    m, k = x.shape
+    n = w.shape[0]
+    seg = cpu_segment_len(k) if seg is None else seg
+    full = k // seg
+    tail = k - full * seg
+    segs = full + (1 if tail else 0)
+    w32 = w.to(torch.float32)
+    w_main = w32[:, : full * seg].reshape(n, full, seg)
+    w_tail = w32[:, full * seg :].contiguous() if tail else None
+    x32 = x.to(torch.float32)
+    out = empty((m, n, segs), torch.float32, x.device)
+    for i in range(m):
+        if tail:
+            out[i, :, :full] = (w_main * x32[i, : full * seg].view(full, seg)).sum(dim=-1)
+            assert w_tail is not None
+            out[i, :, full] = (w_tail * x32[i, full * seg :]).sum(dim=-1)
+        elif full:
+            torch.sum(w_main * x32[i].view(full, seg), dim=-1, out=out[i])
+    return out.permute(2, 0, 1)
+
+
+def reduce_partials(parts: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """f32 `[S, M, N]` -> `[M, N]` in `out_dtype`: `((0 + p[0]) + p[1]) + ...` (elementwise
+    adds in segment order, so a row's bits do not depend on M)."""
+    total = torch.zeros(parts.shape[1:], dtype=torch.float32, device=parts.device)
+    for s in range(parts.shape[0]):
+        total = total + parts[s]
+    return total.to(out_dtype)
+
 
 def rowwise_matmul(x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """`x: [M, K]`, `w: [N, K]` (any float dtypes) -> `[M, N]` in `out_dtype`.
-
-    Products and sums in fp32 (bf16 x bf16 products are exact in fp32).
-    """
-    m, n = x.shape[0], w.shape[0]
-    w32 = w.to(torch.float32).contiguous()
-    out = empty((m, n), out_dtype, x.device)
-    for i in range(m):
-        out[i] = (w32 * x[i].to(torch.float32)).sum(dim=-1).to(out_dtype)
-    return out
+    """`x: [M, K]`, `w: [N, K]` (any float dtypes) -> `[M, N]` in `out_dtype` (fp32 segment
+    sums added in order, see the module doc)."""
+    return reduce_partials(rowwise_partials(x, w), out_dtype)
 
 
 def reference_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

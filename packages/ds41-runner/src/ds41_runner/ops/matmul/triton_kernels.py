@@ -145,3 +145,55 @@ def launch_matmul(
             N_SEGS=plan.n_segs, BLOCK=REDUCE_BLOCK, num_warps=4,
         )  # fmt: skip
     return out
+
+
+def launch_partials(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    plan: MatmulPlan,
+    *,
+    upcast: bool,
+    ieee_fp32: bool,
+) -> torch.Tensor:
+    """Per-segment fp32 chains of a K shard: `x: [M, G, Ks]`, `w: [G, N, Ks]` -> f32
+    `[Ks / seg, M, G * N]` (seg = `plan.seg_tiles * BLOCK_K`).
+
+    `plan` is the FULL weight's plan; the shard starts on one of its segment boundaries, so
+    shard segment j is the full weight's segment (first + j) and its chain is the one the
+    single-process launch computes (the split launch's workspace rows). A tensor-parallel
+    row-parallel product gathers these and adds them with `launch_reduce`.
+    """
+    m = x.shape[0]
+    g, n, k = w.shape
+    seg = plan.seg_tiles * BLOCK_K
+    n_segs = -(-k // seg)
+    n_tiles = -(-n // BLOCK_N)
+    ncols = g * n
+    ws = empty((n_segs, m, ncols), torch.float32, x.device)
+    if m == 0 or n_segs == 0 or ncols == 0:
+        return ws
+    grid = (triton.cdiv(m, BLOCK_M), g * n_tiles, n_segs)
+    matmul_kernel[grid](
+        x, w, ws, ws, m, n, k, n_tiles, ncols,
+        x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
+        ws.stride(1), ws.stride(2), m * ncols,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles, SPLIT=True,
+        UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+    )  # fmt: skip
+    return ws
+
+
+def launch_reduce(ws: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """`ws: f32 [S, M, C]` (contiguous) -> `out: [M, C]`, the segments added in order (the
+    split launch's reduction)."""
+    s, m, ncols = ws.shape
+    if m * ncols == 0:
+        return out
+    if s == 0:
+        return out.zero_()
+    reduce_segments_kernel[(triton.cdiv(m * ncols, REDUCE_BLOCK),)](
+        ws, out, m, ncols, m * ncols, out.stride(0), out.stride(1),
+        N_SEGS=s, BLOCK=REDUCE_BLOCK, num_warps=4,
+    )  # fmt: skip
+    return out

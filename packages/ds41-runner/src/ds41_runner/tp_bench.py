@@ -1,0 +1,233 @@
+"""Tensor-parallel benchmark: a decode and a prefill step at TP=1 and TP=N, and the time of
+the step's communication.
+
+    torchrun --standalone --nproc-per-node=2 -m ds41_runner.tp_bench [--model flash_wide]
+        [--batch 64] [--context 4096] [--prefill 1024] [--json OUT]
+
+TP=1 is the plain `Model` on rank 0's GPU (the other ranks wait); TP=N is `TPModel` on every
+rank. Both draw their weights on the GPU (same seed: the same full weights). Steps are
+`model.forward` on a synthetic history (as `ds41_runner.bench`): decode = `--batch` rows, one
+per request at position `--context`; prefill = one request appending `--prefill` rows (the
+log-probs of its last row only, as the engine samples). Times are CUDA-graph replays (eager
+if capture fails; the table says which), CUDA-event medians on rank 0. "comm" = the step's
+collectives (recorded during one step: same ops, shapes and order) replayed alone in a graph
+on both ranks: the time a step spends communicating when nothing overlaps it (mode=bi
+overlaps nothing: each gather feeds the next op).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .bench import _capture_forward, _fill_synthetic_history, _time
+from .model import KVState, Model, ModelConfig
+from .model.weights import init_weights
+
+
+def _kv(cfg: ModelConfig, args: argparse.Namespace, device: torch.device) -> KVState:
+    page = 64
+    tokens = args.context + 4 + args.prefill
+    tokens = -(-tokens // page) * page
+    reqs = args.batch + 1
+    kv = KVState(
+        cfg, kv_dtype=args.kv_dtype, max_requests=reqs, max_tokens_per_request=tokens,
+        num_pages=(tokens // page) * reqs + 1, page_size=page, device=device,
+    )  # fmt: skip
+    for upto in range(page, tokens + page, page):
+        for r in range(reqs):
+            kv.reserve(r, min(upto, tokens))
+    _fill_synthetic_history(kv, seed=args.context)
+    return kv
+
+
+def _step_inputs(
+    model: Model, args: argparse.Namespace, kind: str, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    if kind == "decode":
+        rows = args.batch
+        req = torch.arange(rows, dtype=torch.int32)
+        pos = torch.full((rows,), args.context, dtype=torch.int32)
+    else:
+        rows = args.prefill
+        req = torch.full((rows,), args.batch, dtype=torch.int32)
+        pos = torch.arange(args.context, args.context + rows, dtype=torch.int32)
+    tok = torch.randint(0, model.vocab_size, (rows,), generator=g)
+    return tok.to(device), req.to(device), pos.to(device)
+
+
+class _LastRow:
+    """A model whose forward returns the log-probs of the last row only (a prefill chunk as
+    the engine runs it: only the last prompt row samples)."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.group = getattr(model, "group", None)
+
+    def forward(self, tok: torch.Tensor, req: torch.Tensor, pos: torch.Tensor, kv: KVState,
+                *, validate: bool = True) -> torch.Tensor:  # fmt: skip
+        last = torch.full((1,), tok.shape[0] - 1, dtype=torch.int64, device=tok.device)
+        return self.model.forward(tok, req, pos, kv, validate=validate, logit_rows=last)
+
+
+def _timed_step(
+    model: Any, kv: KVState, inputs: tuple[torch.Tensor, ...], args: argparse.Namespace
+) -> tuple[list[float], str]:
+    tok, req, pos = inputs
+    device = kv.device
+    iters = args.iters
+    if device.type == "cuda":
+        try:
+            replay = _capture_forward(model, kv, tok, req, pos)
+            return _time(replay, device, iters, 2), "cuda_graph"
+        except Exception:  # capture failed: eager (noted in the table)
+            traceback.print_exc()
+            torch.cuda.synchronize(device)
+
+    def eager() -> None:
+        model.forward(tok, req, pos, kv, validate=False)
+
+    return _time(eager, device, iters, 2), "eager"
+
+
+def _comm_ms(model: Any, kv: KVState, inputs: tuple[torch.Tensor, ...], iters: int) -> float:
+    """Median ms of the step's collectives replayed alone (CUDA graph)."""
+    group = model.group
+    group.trace = []
+    tok, req, pos = inputs
+    model.forward(tok, req, pos, kv, validate=False)
+    trace, group.trace = group.trace, None
+    bufs = [torch.zeros(shape, dtype=dt, device=kv.device) for _, shape, dt in trace]
+
+    def run() -> None:
+        for (op, _, _), b in zip(trace, bufs, strict=True):
+            if op == "all_gather":
+                group.all_gather(b)
+            else:
+                group.all_reduce_sum(b)
+
+    if kv.device.type != "cuda":
+        return statistics.median(_time(run, kv.device, iters, 2))
+    torch.cuda.synchronize(kv.device)
+
+    side = torch.cuda.Stream(device=kv.device)  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream(kv.device))
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream(kv.device).wait_stream(side)
+    fn: Callable[[], None] = run
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+        fn = graph.replay
+    except Exception:
+        traceback.print_exc()
+    return statistics.median(_time(fn, kv.device, iters, 2))
+
+
+def _measure(model: Model, args: argparse.Namespace, tp: int) -> dict[str, Any]:
+    device = model.device
+    kv = _kv(model.cfg, args, device)
+    out: dict[str, Any] = {"tp": tp}
+    for kind in ("decode", "prefill"):
+        inputs = _step_inputs(model, args, kind, device)
+        step_model: Any = model if kind == "decode" else _LastRow(model)
+        ms, how = _timed_step(step_model, kv, inputs, args)
+        out[kind] = {"ms": statistics.median(ms), "ms_min": min(ms), "how": how}
+        if tp > 1:
+            out[kind]["comm_ms"] = _comm_ms(step_model, kv, inputs, args.iters)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        out["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    del kv
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="flash_wide")
+    p.add_argument("--mode", default="bi")
+    p.add_argument("--kv-dtype", default="nvfp4_ds_mla")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--prefill", type=int, default=1024)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--timeout-s", type=float, default=240.0)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+
+    from .parallel.dist import init_tensor_parallel, shutdown
+    from .parallel.model import TPModel
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    kind = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke run (gloo, torch)
+    group = init_tensor_parallel(world, kind, args.timeout_s) if world > 1 else None
+    rank = 0 if group is None else group.rank
+    device = torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else None
+    device = device or torch.device("cpu")
+    backend = "triton" if kind == "cuda" else "torch"
+    cfg = ModelConfig.preset(args.model)
+    res: dict[str, Any] = {"model": args.model, "mode": args.mode, "kv_dtype": args.kv_dtype,
+                           "batch": args.batch, "context": args.context,
+                           "prefill_rows": args.prefill, "runs": []}  # fmt: skip
+    try:
+        if rank == 0:
+            w = init_weights(cfg, device, draw_device=device)
+            one = Model(cfg, mode=args.mode, backend=backend, device=device, weights=w)
+            del w
+            res["runs"].append(_measure(one, args, 1))
+            if args.json:
+                Path(args.json).write_text(json.dumps(res, indent=2))
+            del one
+            if kind == "cuda":
+                torch.cuda.empty_cache()
+            print(json.dumps(res["runs"][-1]), flush=True)
+        if group is not None:
+            dist.barrier()
+            if kind == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            tp_model = TPModel(cfg, group=group, mode=args.mode, backend=backend,
+                               draw_device=device)  # fmt: skip
+            res["runs"].append(_measure(tp_model, args, world))
+            dist.barrier()
+    finally:
+        if group is not None:
+            shutdown()
+    if rank == 0:
+        _report(res)
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+def _report(res: dict[str, Any]) -> None:
+    runs = {r["tp"]: r for r in res["runs"]}
+    print(f"\n{res['model']} mode={res['mode']} {res['kv_dtype']} decode batch {res['batch']} "
+          f"at context {res['context']}, prefill {res['prefill_rows']} rows")  # fmt: skip
+    print("| step | TP | ms (median) | vs TP=1 | comm ms | comm share | timed as |")
+    print("|---|--:|--:|--:|--:|--:|---|")
+    for kind in ("decode", "prefill"):
+        base = runs.get(1, {}).get(kind, {}).get("ms")
+        for tp, r in sorted(runs.items()):
+            s = r[kind]
+            ratio = f"{s['ms'] / base:.2f}x" if base else "-"
+            comm = s.get("comm_ms")
+            share = f"{comm / s['ms']:.0%}" if comm else "-"
+            c = f"{comm:.3f}" if comm else "-"
+            print(f"| {kind} | {tp} | {s['ms']:.3f} | {ratio} | {c} | {share} | {s['how']} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
