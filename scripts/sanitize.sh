@@ -10,6 +10,7 @@
 # - app: memcheck over the runner's own kernels through the app (`tiny` and `flash_mini`,
 #   eager and CUDA-graph steps); the runner's `gpu` tests are too slow under memcheck.
 # The checks run side by side on the one GPU; SANITIZE_TIMEOUT (s, default 420) bounds each.
+# Narrow a run with MEMCHECK_PKGS, RACECHECK_PKGS (package names) and APP_RUNS (model:graph).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-sanitize_out}}
@@ -31,24 +32,28 @@ job() {  # job NAME CMD...: run CMD under the time limit, log to $out/NAME.log
 }
 rm -f "$out/rc.txt"
 if [[ $only == *memcheck* ]]; then
-  for p in cache indexer attention; do
+  for p in ${MEMCHECK_PKGS:-cache indexer attention}; do
     job "memcheck_$p" "${cs[@]}" --tool memcheck python3 -m pytest "${tests[@]}" "packages/ds41-$p/tests"
   done
 fi
 if [[ $only == *racecheck* ]]; then
-  job racecheck_indexer "${cs[@]}" --tool racecheck python3 -m pytest "${tests[@]}" packages/ds41-indexer/tests
-  DS41_TEST_PIN_TRITON=1 job racecheck_attention_triton "${cs[@]}" --tool racecheck \
-    python3 -m pytest "${tests[@]}" -k "not gluon" packages/ds41-attention/tests
+  for p in ${RACECHECK_PKGS:-indexer attention}; do
+    if [[ $p == attention ]]; then
+      DS41_TEST_PIN_TRITON=1 job racecheck_attention_triton "${cs[@]}" --tool racecheck \
+        python3 -m pytest "${tests[@]}" -k "not gluon" packages/ds41-attention/tests
+    else
+      job "racecheck_$p" "${cs[@]}" --tool racecheck python3 -m pytest "${tests[@]}" "packages/ds41-$p/tests"
+    fi
+  done
 fi
 if [[ $only == *consan* ]]; then
   TRITON_INSTRUMENTATION_MODE=consan job consan_gluon python3 packages/ds41-attention/scripts/consan_check.py
 fi
 if [[ $only == *app* ]]; then
-  for m in tiny flash_mini; do
-    for g in eager cuda_graph; do
-      job "memcheck_app_${m}_$g" "${cs[@]}" --tool memcheck python3 -m ds41_runner device=cuda \
-        model=$m graph=$g workload=tiny plot=false progress=false "hydra.run.dir=$out/app_${m}_$g"
-    done
+  for run in ${APP_RUNS:-tiny:eager tiny:cuda_graph flash_mini:eager flash_mini:cuda_graph}; do
+    m=${run%%:*} g=${run##*:}
+    job "memcheck_app_${m}_$g" "${cs[@]}" --tool memcheck python3 -m ds41_runner device=cuda \
+      model=$m graph=$g workload=tiny plot=false progress=false "hydra.run.dir=$out/app_${m}_$g"
   done
 fi
 wait
