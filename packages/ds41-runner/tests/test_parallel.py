@@ -60,14 +60,15 @@ def test_tp2_gloo_is_bitwise_tp1(tmp_path: Path) -> None:
 
 
 def test_dead_rank_fails_fast() -> None:
-    """Rank 1 dies after joining; rank 0's next collective raises within the timeout."""
+    """Rank 1 dies after joining; rank 0's next collective raises within the timeout, naming
+    the collective and the rank, and `shutdown` ends the process with status 1 (no abort)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code = textwrap.dedent(
         """
         import os, sys, torch
-        from ds41_runner.parallel import init_tensor_parallel
+        from ds41_runner.parallel import init_tensor_parallel, shutdown
         g = init_tensor_parallel(2, "cpu", 10.0)
         if g.rank == 1:
             os._exit(3)
@@ -75,8 +76,9 @@ def test_dead_rank_fails_fast() -> None:
             for _ in range(100):
                 g.all_gather(torch.ones(4))
         except Exception as exc:
-            print("RAISED", type(exc).__name__, flush=True)
-            sys.exit(2)
+            print("RAISED", type(exc).__name__, exc, flush=True)
+            shutdown()
+            sys.exit(2)  # not reached: shutdown ends a broken group's process
         print("NO ERROR", flush=True)
         """
     )
@@ -91,8 +93,8 @@ def test_dead_rank_fails_fast() -> None:
     t0 = time.monotonic()
     outs = [p.communicate(timeout=60) for p in procs]
     assert procs[1].returncode == 3
-    assert procs[0].returncode == 2, outs[0]
-    assert "RAISED" in outs[0][0]
+    assert procs[0].returncode == 1, outs[0]
+    assert "RAISED RuntimeError tensor-parallel all_gather failed on rank 0 of 2" in outs[0][0]
     assert time.monotonic() - t0 < 45
 
 

@@ -2,7 +2,10 @@
 
 One process per rank (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT). NCCL on
 CUDA (rank r uses GPU LOCAL_RANK), gloo on the CPU. Every collective runs under the group's
-timeout (`parallel.timeout_s`): a rank that dies makes the others raise instead of hang.
+timeout (`parallel.timeout_s`): a rank that dies makes the others raise instead of hang (a
+RuntimeError naming the collective and this rank); such a group cannot be torn down cleanly
+(gloo and NCCL abort in their destructors), so `shutdown` then ends the process at once with
+status 1.
 Mode "bi" uses only `all_gather` (a copy: no arithmetic, so the order of ranks cannot change a
 bit); `all_reduce` serves mode "fast".
 """
@@ -10,6 +13,7 @@ bit); `all_reduce` serves mode "fast".
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -29,6 +33,15 @@ class TPGroup:
     trace: list[tuple[str, tuple[int, ...], torch.dtype]] | None = field(default=None)
     """When a list, every collective appends (op, input shape, dtype) (the benchmark replays
     a step's collectives alone to time them)."""
+    broken: bool = False
+    """A collective failed (a peer died or timed out): the group is unusable."""
+
+    def _failed(self, op: str, exc: Exception) -> RuntimeError:
+        self.broken = True
+        return RuntimeError(
+            f"tensor-parallel {op} failed on rank {self.rank} of {self.size} (a rank died or "
+            f"did not answer within parallel.timeout_s): {exc}"
+        )
 
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         """`t: [*S]` (same shape and dtype on every rank) -> `[size, *S]`, rank r's at [r]."""
@@ -37,12 +50,15 @@ class TPGroup:
             self.trace.append(("all_gather", tuple(t.shape), t.dtype))
         if self.size == 1:
             return t.unsqueeze(0)
-        if self.backend == "nccl":
-            out = torch.empty((self.size, *t.shape), dtype=t.dtype, device=t.device)
-            dist.all_gather_into_tensor(out, t)
-            return out
-        parts = [torch.empty_like(t) for _ in range(self.size)]
-        dist.all_gather(parts, t)
+        try:
+            if self.backend == "nccl":
+                out = torch.empty((self.size, *t.shape), dtype=t.dtype, device=t.device)
+                dist.all_gather_into_tensor(out, t)
+                return out
+            parts = [torch.empty_like(t) for _ in range(self.size)]
+            dist.all_gather(parts, t)
+        except RuntimeError as exc:  # gloo/NCCL errors and timeouts are RuntimeErrors
+            raise self._failed("all_gather", exc) from exc
         return torch.stack(parts)
 
     def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
@@ -50,7 +66,10 @@ class TPGroup:
         if self.trace is not None:
             self.trace.append(("all_reduce", tuple(t.shape), t.dtype))
         if self.size > 1:
-            dist.all_reduce(t)
+            try:
+                dist.all_reduce(t)
+            except RuntimeError as exc:
+                raise self._failed("all_reduce", exc) from exc
         return t
 
 
@@ -111,8 +130,13 @@ def init_tensor_parallel(tp: int, device_kind: str, timeout_s: float) -> TPGroup
 
 
 def shutdown() -> None:
-    """Leave the process group (end of the app)."""
+    """Leave the process group (end of the app). After a failed collective the group cannot
+    be destroyed (the backends abort), so the process exits here with status 1."""
     global _GROUP
+    if _GROUP is not None and _GROUP.broken:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     if dist.is_initialized():
         dist.destroy_process_group()
     _GROUP = None
