@@ -156,10 +156,11 @@ def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, HI, HI_PA
     2^e_h (f32 [HI_PAD]); and whether every scaled query is exact in fp16 with e_h in range."""
     h = tl.arange(0, HI_PAD)
     hm = h < HI
-    c = tl.arange(0, DI // 2)
-    qrow = q_ptr + t * q_stride_t + h[:, None] * q_stride_h + 2 * c[None, :]
-    qe = tl.load(qrow, mask=hm[:, None], other=0.0).to(tl.float32)
-    qo = tl.load(qrow + 1, mask=hm[:, None], other=0.0).to(tl.float32)
+    d = tl.arange(0, DI)
+    q = tl.load(
+        q_ptr + t * q_stride_t + h[:, None] * q_stride_h + d[None, :], mask=hm[:, None], other=0.0
+    )
+    qe, qo = tl.split(tl.reshape(q.to(tl.float32), (HI_PAD, DI // 2, 2)))
     amax = tl.maximum(tl.max(tl.abs(qe), axis=1), tl.max(tl.abs(qo), axis=1))
     ex = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     ex = tl.where(amax == 0.0, 14, ex)
@@ -343,38 +344,29 @@ def _span_in_fast_range(
     DATA_BYTES: tl.constexpr,
     SCALE_BYTES: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
-    IN_PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     TILES: tl.constexpr,
+    TILES_P2: tl.constexpr,
 ):
     """Whether every readable key of the program's TILES tiles has its ue8m0 scale bytes in the
-    fp16 path's range: largest byte mk in [10, 250], every byte >= mk - 32."""
+    fp16 path's range: largest byte mk in [10, 250], every byte >= mk - 32. One gather of the
+    span's pages, one of its scale rows (no loop: two dependent loads in all)."""
     NB: tl.constexpr = DI // 32
+    span = tl.arange(0, TILES_P2 * BLOCK_N)
+    cols = c_first + span
+    entries = entry_base + cols
+    valid = (span < TILES * BLOCK_N) & (cols < n_cols) & (entries < n_vis)
+    col = entries // PAGE_SIZE
+    page = tl.load(bt_ptr + r_at + col, mask=valid & (col < bt_cols), other=-1)
+    readable = valid & (page >= 0) & (page < num_pages)
+    off = entries % PAGE_SIZE
+    scale_at = page.to(tl.int64) * page_stride + PAGE_SIZE * DATA_BYTES + off * SCALE_BYTES
     blk = tl.arange(0, NB)
-    bad = tl.zeros((BLOCK_N,), tl.int32)
-    for i in range(TILES):
-        _, _, readable, _, scale_at = _tile_rows(
-            bt_ptr,
-            r_at,
-            entry_base,
-            c_first + i * BLOCK_N,
-            n_cols,
-            n_vis,
-            bt_cols,
-            num_pages,
-            page_stride,
-            DATA_BYTES,
-            SCALE_BYTES,
-            PAGE_SIZE,
-            IN_PAGE,
-            BLOCK_N,
-        )
-        sc = tl.load(
-            cache_ptr + scale_at[:, None] + blk[None, :], mask=readable[:, None], other=127
-        ).to(tl.int32)
-        mk = tl.max(sc, axis=1)
-        bad |= ((tl.min(sc, axis=1) < mk - 32) | (mk < 10) | (mk > 250)).to(tl.int32)
-    return tl.max(bad, axis=0) == 0
+    sc = tl.load(cache_ptr + scale_at[:, None] + blk[None, :], mask=readable[:, None], other=127)
+    sc = sc.to(tl.int32)
+    mk = tl.max(sc, axis=1)
+    bad = (tl.min(sc, axis=1) < mk - 32) | (mk < 10) | (mk > 250)
+    return tl.max(bad.to(tl.int32), axis=0) == 0
 
 
 @triton.jit
@@ -454,9 +446,9 @@ def _paged_logits_kernel(
             DATA_BYTES,
             SCALE_BYTES,
             PAGE_SIZE,
-            IN_PAGE,
             BLOCK_N,
             TILES,
+            TILES_P2,
         )
         fast = live_span & q_ok & in_range
         if IN_PAGE:
@@ -802,7 +794,7 @@ def _store_logits(row_ptr, cols, logit, mask, OUT_BF16: tl.constexpr):
         tl.store(row_ptr + cols, logit, mask=mask)
 
 
-TILE = (64, 8, 4, 4)
+TILE = (64, 16, 4, 4)
 """(BLOCK_N, TILES, num_warps, num_stages): a program scores BLOCK_N * TILES entries of one row,
 preparing the row's query once; with num_stages > 1 the key loads of later tiles are issued
 ahead (multi-buffered in shared memory) when a tile lies inside one page. One shape on
