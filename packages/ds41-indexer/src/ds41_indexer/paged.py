@@ -1,7 +1,8 @@
 """`paged_index_topk`: fused paged logits + exact top-k (SPEC section 6).
 
 Rows are scored in segments of entries (sized so the fp32 scratch `[T, segment]` stays under
-`SCRATCH_BYTES`); each segment's logits feed the chunk selector at once and are merged with the
+`SCRATCH_BYTES`); the logits kernel also writes each 64 entries' largest key, and the group
+selector (one program per row) picks the segment's winners from those groups, starting from the
 running top-k of the entries before it, so no `[T, N]` tensor exists for long rows.
 The result equals `index_topk(index_logits(...))` of the same backend bitwise: every logit is
 computed by the same tile code, and the selection is exact under one total order.
@@ -45,7 +46,7 @@ def paged_index_topk(
     q: bf16 [T, Hi, Di]; weights: f32 [T, Hi]; key_cache: index keys paged by
     block_table: int32 [R, P]; req_idx, pos: int32 [T]; entries `e < n(p) = (p+1)//ratio` are
     visible; candidates: bool [T, Nc] | None (entries outside it score -inf). `segment` and
-    `chunk` tune the Triton path (powers of two, chunk >= 2 * next_pow2(k)); results never
+    `chunk` tune the Triton path (powers of two, chunk >= max(2 * next_pow2(k), 64)); results never
     depend on them. `validate=False` skips host-syncing range checks (CUDA-graph capturable).
     """
     check_paged_inputs(
