@@ -113,3 +113,42 @@ def brute_topk_rows(logits: torch.Tensor, n_visible: torch.Tensor, k: int) -> to
         for i in range(logits.shape[0])
     ]
     return torch.tensor(rows, dtype=torch.int32).view(logits.shape[0], k)
+
+
+def scale_edge_scenario(
+    device: torch.device | str = "cpu",
+) -> tuple[Scenario, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MXFP4 keys (Di 64) whose ue8m0 scale bytes sit at the edges of the kernel's fp16 path:
+    request 0 has a page whose two blocks are exactly 32 apart (in both orders) and a page at
+    the largest byte (250, the other block 218); request 1 a page at the smallest (10) and one
+    at (120, 100); request 2 a page 33 apart (its rows take the general path). Queries:
+    request 0's rows times 2^-60, the others' times 2^60 (exact), so nothing overflows or
+    underflows fp32; one head spans 2^28. Returns (scenario, q, w, req, pos)."""
+    sc = make_scenario("mxfp4", [128, 128, 64], di=64, hi=4, page_size=64, seed=31)
+    cache, table = sc.cache, sc.block_table
+    view = cache.scale_view()
+    for (r, p), (b0, b1) in {
+        (0, 0): (140, 108),
+        (0, 1): (250, 218),
+        (1, 0): (10, 10),
+        (1, 1): (120, 100),
+        (2, 0): (150, 117),
+    }.items():
+        page = int(table[r, p])
+        view[page, :, 0] = b0
+        view[page, :, 1] = b1
+    page = int(table[0, 0])
+    view[page, 1::2] = view[page, 1::2].flip(-1)
+    for r, n in enumerate((128, 128, 64)):
+        e = torch.arange(n)
+        slots = table[r].long()[e // 64] * 64 + e % 64
+        sc.keys[r] = gather(cache, slots, backend="torch").double()
+    q, w = make_queries(6, 4, 64, seed=32)
+    req = torch.tensor([0, 0, 0, 1, 1, 2], dtype=torch.int32)
+    pos = torch.tensor([127, 100, 70, 127, 90, 63], dtype=torch.int32)
+    scale = torch.where(req == 0, 2.0**-60, 2.0**60)[:, None, None]
+    q = (q.float() * scale).to(torch.bfloat16)
+    q[1, 2, :32] = (q[1, 2, :32].float() * 2.0**-28).to(torch.bfloat16)
+    sc.cache.storage = sc.cache.storage.to(device)
+    sc.block_table = sc.block_table.to(device)
+    return sc, q.to(device), w.to(device), req.to(device), pos.to(device)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import make_queries, make_scenario, reference_logits
+from helpers import make_queries, make_scenario, reference_logits, scale_edge_scenario
 
 from ds41_cache.paged import PagedCache
 from ds41_indexer import candidate_blocks, index_logits, index_topk, paged_index_topk
@@ -223,3 +223,19 @@ def test_gpu_extreme_scale_bytes() -> None:
     fin = torch.isfinite(ref)
     assert torch.equal(fin, torch.isfinite(got))
     assert bool(((got - ref).abs()[fin] <= 1e-5 * bound[fin] + 1e-30).all())
+
+
+def test_gpu_scale_range_edges() -> None:
+    """The fp16 path at the edges of its range (block spans of 32, scale bytes 250 and 10, a
+    query head spanning 2^28) and a program on the general path (span 33) on the H200."""
+    sc, q, w, req, pos = scale_edge_scenario(CUDA)
+    got = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1)
+    ref, bound = reference_logits(sc, q.cpu(), w.cpu(), req.cpu(), pos.cpu(), 1, got.shape[1])
+    got = got.cpu()
+    assert torch.equal(torch.isinf(got), torch.isinf(ref))
+    fin = torch.isfinite(ref)
+    assert bool(((got.double() - ref).abs()[fin] <= 1e-5 * bound[fin] + 1e-30).all())
+    for i in range(len(req)):  # rows alone
+        s = slice(i, i + 1)
+        one = index_logits(q[s], w[s], sc.cache, sc.block_table, req[s], pos[s], 1)
+        assert torch.equal(one.cpu(), got[s])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import make_queries, make_scenario, reference_logits
+from helpers import make_queries, make_scenario, reference_logits, scale_edge_scenario
 
 from ds41_indexer import index_logits
 from ds41_indexer.ops.logits.naive import BF16_MAX, cast_logits
@@ -201,6 +201,17 @@ def test_extreme_scale_bytes(backend: str) -> None:
     got = index_logits(q, w, cache, table, req, pos, 1, backend=backend)
     ref, bound = reference_logits(sc, q, w, req, pos, 1, got.shape[1])
     assert bool(torch.isfinite(ref[0, :70]).all())
+    check_close(got, ref, bound, 1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scale_range_edges(backend: str) -> None:
+    """Scale bytes at the edges of the fp16 path (block spans of 32, bytes 250 and 10) and a
+    page 33 apart (the general path) score like the float64 reference."""
+    sc, q, w, req, pos = scale_edge_scenario()
+    got = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1, backend=backend)
+    ref, bound = reference_logits(sc, q, w, req, pos, 1, got.shape[1])
+    assert bool(torch.isfinite(ref[0, :128]).all()) and bool((ref[0, :128] != 0).any())
     check_close(got, ref, bound, 1e-5)
 
 

@@ -20,7 +20,7 @@ def run(
         return index_topk(logits, nv, k, backend="torch")
     # Small chunks force several merge levels at test sizes (the interpreter pays per program).
     if chunk is not None:
-        chunk = max(chunk, 2 * k_pad_of(k))
+        chunk = max(chunk, 2 * k_pad_of(k), 64)
     return index_topk_triton(logits.contiguous(), nv, k, empty, chunk=chunk)
 
 
@@ -89,6 +89,29 @@ def test_triton_default_chunk_and_bf16_input() -> None:
     got = index_topk(logits, nv, 20, backend="triton")
     assert torch.equal(got, brute_topk_rows(logits.float(), nv, 20))
     assert torch.equal(got, index_topk(logits, nv, 20, backend="torch"))
+
+
+@pytest.mark.interpreter
+def test_group_selector_buckets_and_reductions() -> None:
+    """Long rows with a small chunk: more groups than the bucket registers (buckets of several
+    groups), tie-heavy rows whose candidates overflow the region (several reductions), a row
+    whose finite scores sit in fewer than k groups, and mostly -inf rows."""
+    n = 9000
+    logits = tie_rows(n, 7)
+    spread = torch.full((n,), float("-inf"))
+    spread[torch.arange(0, n, 97)] = torch.randn(
+        -(-n // 97), generator=torch.Generator().manual_seed(8)
+    )
+    logits = torch.cat(
+        [logits, spread[None], torch.randn(1, n, generator=torch.Generator().manual_seed(9))]
+    )
+    g = torch.Generator().manual_seed(10)
+    nv = torch.randint(n // 2, n + 1, (logits.shape[0],), generator=g, dtype=torch.int32)
+    nv[0] = n
+    for k in (5, 40):
+        got = run("triton", logits, nv, k, chunk=64)
+        assert torch.equal(got, index_topk(logits, nv, k, backend="torch")), k
+        assert torch.equal(got, brute_topk_rows(logits, nv, k)), k
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -5,7 +5,9 @@ request at the last position of a `context`-entry key cache, so each row reads `
 key bytes from HBM (no sharing between rows). Per size it reports three stages, each captured in
 a CUDA graph and timed over replays (median): the logits alone (`index_logits`, fp32 `[T, N]`),
 the top-k alone (`index_topk` on those logits) and the fused call (`paged_index_topk`), plus
-key-cache GB/s of the logits and of the fused call and their ratio to the copy ceiling.
+key-cache GB/s of the logits and of the fused call and their ratio to the copy ceiling. The
+fused call is also split into its two stages, each timed alone: the logits kernel writing the
+scores and group maxima (`f.logits`), and the group selection (`f.select`).
 `--smoke` runs tiny contexts on the CPU (torch backend) so a test can exercise the script.
 """
 
@@ -48,6 +50,8 @@ class Result:
     gbs: float
     ratio_to_copy: float
     tflops: float
+    f_logits_ms: float = 0.0
+    f_select_ms: float = 0.0
     check: str = "-"
 
 
@@ -142,6 +146,9 @@ def run(
             n_vis = visible_entries(req, pos, RATIO)
             topk = _time(partial(index_topk, scores, n_vis, TOPK, validate=False), device, iters)
             del scores
+            f_logits, f_select = fused_stages(*args, TOPK)
+            f_logits_ms = _time(f_logits, device, iters) if device.type == "cuda" else 0.0
+            f_select_ms = _time(f_select, device, iters) if device.type == "cuda" else 0.0
             key_bytes = t * ctx * cache.layout.bytes_per_token
             gbs = key_bytes / (fused * 1e-3) / 1e9
             flops = 2.0 * t * ctx * HI * DI
@@ -157,6 +164,8 @@ def run(
                     gbs,
                     gbs / COPY_CEILING_GBS,
                     flops / (fused * 1e-3) / 1e12,
+                    f_logits_ms,
+                    f_select_ms,
                     check_rows(*args, TOPK) if check else "-",
                 )
             )
@@ -167,17 +176,77 @@ def run(
 
 HEADER = (
     f"{'context':>9} {'rows':>5} {'logits ms':>10} {'top-k ms':>10} {'fused ms':>10} "
-    f"{'key GB':>8} {'logit GB/s':>10} {'fused GB/s':>10} {'/copy':>6} {'TFLOP/s':>8} "
-    f"{'check':>6}"
+    f"{'f.logits':>9} {'f.select':>9} {'key GB':>8} {'logit GB/s':>10} {'fused GB/s':>10} "
+    f"{'/copy':>6} {'TFLOP/s':>8} {'check':>6}"
 )
 
 
 def _row(r: Result) -> str:
     return (
         f"{r.context:>9} {r.rows:>5} {r.logits_ms:>10.4f} {r.topk_ms:>10.4f} {r.fused_ms:>10.4f} "
-        f"{r.key_gb:>8.3f} {r.logits_gbs:>10.1f} {r.gbs:>10.1f} {r.ratio_to_copy:>6.2f} "
-        f"{r.tflops:>8.1f} {r.check:>6}"
+        f"{r.f_logits_ms:>9.4f} {r.f_select_ms:>9.4f} {r.key_gb:>8.3f} {r.logits_gbs:>10.1f} "
+        f"{r.gbs:>10.1f} {r.ratio_to_copy:>6.2f} {r.tflops:>8.1f} {r.check:>6}"
     )
+
+
+def fused_stages(
+    q: torch.Tensor,
+    w: torch.Tensor,
+    cache: PagedCache,
+    table: torch.Tensor,
+    req: torch.Tensor,
+    pos: torch.Tensor,
+    ratio: int,
+    k: int,
+) -> tuple[Callable[[], object], Callable[[], object]]:
+    """The two stages of `paged_index_topk` on the Triton path as separate calls (the same
+    segments, scratch and launches): scores + group maxima of every segment, then the group
+    selection of every segment (on the last segment's scores; the work is the same)."""
+    from ds41_cache.outputs import empty
+
+    from .ops.logits.triton_kernels import paged_logits_triton
+    from .ops.topk import triton_kernels as tk
+    from .paged import segment_for
+
+    t = q.shape[0]
+    n_total = table.shape[1] * cache.page_size
+    k_pad = tk.k_pad_of(k)
+    ch = tk.default_chunk(k_pad)
+    seg = segment_for(t, n_total, ch)
+    width = min(seg, n_total)
+    buf = empty((t, width), torch.float32, q.device)
+    scratch = tk.group_scratch(t, width, k_pad, ch, empty, q.device)
+    out = empty((t, k), torch.int32, q.device)
+    n_vis = visible_entries(req, pos, ratio)
+    bases = range(0, n_total, seg)
+
+    def logits() -> None:
+        for base in bases:
+            view = buf[:, : min(seg, n_total - base)]
+            paged_logits_triton(
+                q, w, cache, table, req, pos, ratio, view, entry_base=base, gmax=scratch[0]
+            )
+
+    def select() -> None:
+        for base in bases:
+            view = buf[:, : min(seg, n_total - base)]
+            if n_total <= ch:
+                tk.select_rows(view, n_vis, k, k_pad, ch, out)
+                continue
+            tk.group_select(
+                view,
+                n_vis,
+                k,
+                k_pad,
+                ch,
+                scratch,
+                out,
+                entry_base=base,
+                has_run=base > 0,
+                final=base + seg >= n_total,
+            )
+
+    return logits, select
 
 
 def main(argv: list[str] | None = None) -> list[Result]:

@@ -1,7 +1,8 @@
 """`paged_index_topk`: fused paged logits + exact top-k (SPEC section 6).
 
 Rows are scored in segments of entries (sized so the fp32 scratch `[T, segment]` stays under
-`SCRATCH_BYTES`); each segment's logits feed the chunk selector at once and are merged with the
+`SCRATCH_BYTES`); the logits kernel also writes each 64 entries' largest key, and the group
+selector (one program per row) picks the segment's winners from those groups, starting from the
 running top-k of the entries before it, so no `[T, N]` tensor exists for long rows.
 The result equals `index_topk(index_logits(...))` of the same backend bitwise: every logit is
 computed by the same tile code, and the selection is exact under one total order.
@@ -45,7 +46,7 @@ def paged_index_topk(
     q: bf16 [T, Hi, Di]; weights: f32 [T, Hi]; key_cache: index keys paged by
     block_table: int32 [R, P]; req_idx, pos: int32 [T]; entries `e < n(p) = (p+1)//ratio` are
     visible; candidates: bool [T, Nc] | None (entries outside it score -inf). `segment` and
-    `chunk` tune the Triton path (powers of two, chunk >= 2 * next_pow2(k)); results never
+    `chunk` tune the Triton path (powers of two, chunk >= max(2 * next_pow2(k), 64)); results never
     depend on them. `validate=False` skips host-syncing range checks (CUDA-graph capturable).
     """
     check_paged_inputs(
@@ -82,7 +83,7 @@ def paged_index_topk(
             picks.append(torch.full((t, 1), torch.iinfo(torch.int64).max, device=q.device))
         return select_from_keys(torch.cat(picks, dim=1), k)
 
-    from .ops.logits.triton_kernels import paged_logits_triton
+    from .ops.logits.triton_kernels import TILE, paged_logits_triton
     from .ops.topk import triton_kernels as tk
 
     out = empty((t, k), torch.int32, q.device)
@@ -97,7 +98,11 @@ def paged_index_topk(
     qc, wc, btc = q.contiguous(), weights.contiguous(), block_table.contiguous()
     cand = candidates.contiguous() if candidates is not None else None
     n_total = max(n_total, 1)
-    buf = empty((t, min(seg, n_total)), torch.float32, q.device)
+    width = min(seg, n_total)
+    buf = empty((t, width), torch.float32, q.device)
+    scratch = tk.group_scratch(t, width, k_pad, ch, empty, q.device)
+    # The logits kernel writes the group maxima itself when its tile is a multiple of GROUP.
+    fused_gmax = TILE[0] % tk.GROUP.value == 0
 
     def score(base: int) -> torch.Tensor:
         view = buf[:, : min(seg, n_total - base)]
@@ -113,36 +118,24 @@ def paged_index_topk(
             cand,
             entry_base=base,
             upcast=interpreter_active(),
+            gmax=scratch[0] if fused_gmax else None,
         )
+        if not fused_gmax:
+            tk.group_max(view, (n_vis - base).clamp(min=0).to(torch.int32), scratch[0])
         return view
 
-    if n_total <= seg:  # one segment: chunk lists, then merge levels
-        n_chunks = -(-n_total // ch)
-        view = score(0)
-        if n_chunks == 1:
-            tk.stage1(view, n_vis, k, k_pad, ch, None, out, final=True)
-            return out
-        keys = empty((t, n_chunks * k_pad), torch.int32, q.device)
-        idx = empty((t, n_chunks * k_pad), torch.int32, q.device)
-        tk.stage1(view, n_vis, k, k_pad, ch, keys, idx)
-        return tk.merge_levels(keys, idx, k, k_pad, ch, out, empty)
-    # Several segments: list 0 holds the running top-k of the entries scored so far (ascending
-    # entries, all below the current segment), lists 1.. the current segment's chunk lists; each
-    # segment merges them back into list 0, and the last one into `out`.
-    lists = 1 + seg // ch
-    keys = empty((t, lists * k_pad), torch.int32, q.device)
-    idx = empty((t, lists * k_pad), torch.int32, q.device)
-    idx[:, :k_pad].fill_(-1)
+    if n_total <= ch:  # one chunk: one program per row
+        tk.select_rows(score(0), n_vis, k, k_pad, ch, out)
+        return out
+    # Segments in entry order: each one's group selection merges with the running top-k of the
+    # entries before it (kept in the first k_pad slots of the candidate region).
     for base in range(0, n_total, seg):
         view = score(base)
-        tk.stage1(view, n_vis, k, k_pad, ch, keys, idx, entry_base=base, chunk_base=1)
-        n_in = (1 + -(-view.shape[1] // ch)) * k_pad
-        if base + seg >= n_total:
-            return tk.merge_levels(keys, idx, k, k_pad, ch, out, empty, n_in=n_in)
-        tk.merge_levels(
-            keys, idx, k, k_pad, ch, idx[:, :k_pad], empty, n_in=n_in, out_keys=keys[:, :k_pad]
+        last = base + seg >= n_total
+        tk.group_select(
+            view, n_vis, k, k_pad, ch, scratch, out, entry_base=base, has_run=base > 0, final=last
         )
-    raise AssertionError("unreachable")
+    return out
 
 
 SCRATCH_BYTES = 1 << 28
