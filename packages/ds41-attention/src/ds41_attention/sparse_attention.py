@@ -19,10 +19,9 @@ GLUON_DEFAULT = True
 D = 512).
 
 On: the kernel rewritten for issue 11 is 2.0-2.2x faster than the Triton kernel on the H200
-and passed, as `scripts/gluon_profile.py`'s `pipe` variant (same SASS), the float64 bound, row
-alone == in a batch of 24 and 300 rows and graph == eager for every cache format; the pytest
-`gpu` suite has still to run on it (BENCHMARKS.md). Set it to False to pin the portable Triton
-kernel; `backend="gluon"` selects the Gluon kernel explicitly."""
+and passed the package's `gpu` tests there (float64 bound, row alone == in batches up to 512
+rows, graph == eager; BENCHMARKS.md). Set it to False to pin the portable Triton kernel;
+`backend="gluon"` selects the Gluon kernel explicitly."""
 
 
 def _check_index(name: str, x: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> None:
