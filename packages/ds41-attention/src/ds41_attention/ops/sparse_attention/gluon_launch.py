@@ -49,13 +49,9 @@ def launch_with(
     comp_lens: torch.Tensor | None,
     sink: torch.Tensor,
     scale: float,
-    *,
-    io_words: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch a Gluon kernel with the signature of `_gluon_sparse_attn_kernel` (also used by
-    the variants in scripts/); grid (T, head blocks of 64), `options` extra launch options.
-    `io_words`: the kernel reads q and writes out as int32 words (bf16 channel pairs, the
-    earlier kernels in scripts/); otherwise as bf16."""
+    the variants in scripts/); grid (T, head blocks of 64), `options` extra launch options."""
     from .gluon_kernels import GLUON_BLOCK_H, GLUON_NUM_WARPS
 
     t_rows, h, d = q.shape
@@ -74,15 +70,13 @@ def launch_with(
         cc, cs, cl = window_cache, swa_slots, swa_lens  # placeholders, never read
         c_fmt = int(FMT_NONE)
     head_blocks = -(-h // GLUON_BLOCK_H)
-    q_arg = q.view(torch.int32) if io_words else q
-    out_arg = out.view(torch.int32) if io_words else out
     kernel[(t_rows, head_blocks)](
-        q_arg, q.stride(0), q.stride(1),
+        q, q.stride(0), q.stride(1),
         window_cache.storage, window_cache.page_stride, window_cache.page_size,
         window_cache.num_slots, swa_slots, swa_slots.stride(0), swa_lens, swa_slots.shape[1],
         cc.storage, cc.page_stride, cc.page_size, cc.num_slots, cs, cs.stride(0), cl, cs.shape[1],
         sink, float(scale),
-        out_arg, out.stride(0), out.stride(1), lse, lse.stride(0),
+        out, out.stride(0), out.stride(1), lse, lse.stride(0),
         h,
         W_FMT=w_fmt, C_FMT=c_fmt,
         num_warps=GLUON_NUM_WARPS, **options,
