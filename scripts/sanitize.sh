@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Memory and race checks of every ds41 GPU kernel in one call (the record is RELIABILITY.md):
-#   bash scripts/sanitize.sh [OUTDIR] [memcheck,racecheck,consan,app]
+#   bash scripts/sanitize.sh [OUTDIR] [memcheck,racecheck,app[,consan]]
 # - memcheck: compute-sanitizer over the `gpu` tests of ds41-cache, -indexer and -attention;
 # - racecheck: compute-sanitizer over the `gpu` tests of the indexer and of the attention's
 #   Triton kernels (DS41_TEST_PIN_TRITON=1 and -k "not gluon": racecheck does not model the
 #   Gluon kernel's barrier-then-one-thread mbarrier hand-offs and flags every one of them);
-# - consan: Triton's concurrency sanitizer over the Gluon kernel (models mbarriers, named
-#   barriers, cp.async and wgmma groups);
+# - consan (opt-in): Triton's concurrency sanitizer over the Gluon kernel (models mbarriers,
+#   named barriers, cp.async and wgmma groups); with Triton 3.6 its instrumented compile of
+#   this kernel did not finish within 245 s on the H200 host (RELIABILITY.md);
 # - app: memcheck over the runner's own kernels through the app (`tiny` and `flash_mini`,
 #   eager and CUDA-graph steps); the runner's `gpu` tests are too slow under memcheck.
 # The checks run side by side on the one GPU; SANITIZE_TIMEOUT (s, default 420) bounds each.
@@ -14,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-sanitize_out}}
-only=${2:-memcheck,racecheck,consan,app}
+only=${2:-memcheck,racecheck,app}
 mkdir -p "$out"
 if compgen -G ".whl/*" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

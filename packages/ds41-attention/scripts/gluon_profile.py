@@ -28,8 +28,11 @@ from typing import Any
 import torch
 
 from ds41_attention.bench import FLASH, make_problem, time_graph
-from ds41_attention.ops.sparse_attention.gluon_launch import launch_gluon_sparse_attention
-from ds41_attention.ops.sparse_attention.launch import FMT_NONE, KvFormat, launch_sparse_attention
+from ds41_attention.ops.sparse_attention.gluon_launch import (
+    launch_gluon_sparse_attention,
+    launch_with,
+)
+from ds41_attention.ops.sparse_attention.launch import launch_sparse_attention
 from ds41_attention.ops.sparse_attention.naive import reference_sparse_attention
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -58,24 +61,9 @@ def load_variant(name: str, **consts: int) -> ModuleType:
     return mod
 
 
-def launch_lab(mod: ModuleType, q, wc, ss, sl, cc, cs, cl, sink, scale):
-    t_rows, h, d = q.shape
-    out = torch.empty((t_rows, h, d), dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty((t_rows, h), dtype=torch.float32, device=q.device)
-    w_fmt = int(KvFormat.from_name(wc.fmt))
-    if cc is not None:
-        c_fmt = int(KvFormat.from_name(cc.fmt))
-    else:
-        cc, cs, cl, c_fmt = wc, ss, sl, int(FMT_NONE)
-    q = q.contiguous()
-    mod._gluon_sparse_attn_kernel[(t_rows, -(-h // 64))](
-        q, q.stride(0), q.stride(1),
-        wc.storage, wc.page_stride, wc.page_size, wc.num_slots, ss, ss.stride(0), sl, ss.shape[1],
-        cc.storage, cc.page_stride, cc.page_size, cc.num_slots, cs, cs.stride(0), cl, cs.shape[1],
-        sink, float(scale), out, out.stride(0), out.stride(1), lse, lse.stride(0), h,
-        W_FMT=w_fmt, C_FMT=c_fmt, num_warps=4, maxnreg=mod.GLUON_MAXNREG,
-    )  # fmt: skip
-    return out, lse
+def launch_lab(mod: ModuleType, *args):
+    """A `gluon_lab.py` variant launched exactly as the production kernel is."""
+    return launch_with(mod._gluon_sparse_attn_kernel, {"maxnreg": mod.GLUON_MAXNREG}, *args)
 
 
 def _problem(wfmt: str, cfmt: str | None, rows: int, h: int, seed: int) -> tuple:
