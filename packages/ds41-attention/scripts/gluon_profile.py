@@ -29,8 +29,9 @@ import torch
 
 from ds41_attention.bench import FLASH, make_problem, time_graph
 from ds41_attention.ops.sparse_attention.gluon_launch import (
+    kernel_args,
+    launch_gluon_fast,
     launch_gluon_sparse_attention,
-    launch_with,
 )
 from ds41_attention.ops.sparse_attention.launch import launch_sparse_attention
 from ds41_attention.ops.sparse_attention.naive import reference_sparse_attention
@@ -62,8 +63,17 @@ def load_variant(name: str, **consts: int) -> ModuleType:
 
 
 def launch_lab(mod: ModuleType, *args):
-    """A `gluon_lab.py` variant launched exactly as the production kernel is."""
-    return launch_with(mod._gluon_sparse_attn_kernel, {"maxnreg": mod.GLUON_MAXNREG}, *args)
+    """A `gluon_lab.py` variant (invariant path only: its signature ends at `H`) launched as
+    the production kernel's invariant path is."""
+    q = args[0]
+    t_rows, h, d = q.shape
+    out = torch.empty((t_rows, h, d), dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty((t_rows, h), dtype=torch.float32, device=q.device)
+    a, fmts = kernel_args(*args, out, lse)
+    mod._gluon_sparse_attn_kernel[(t_rows, -(-h // mod.GLUON_BLOCK_H))](
+        *a, **fmts, num_warps=mod.GLUON_NUM_WARPS, maxnreg=mod.GLUON_MAXNREG
+    )
+    return out, lse
 
 
 def _problem(wfmt: str, cfmt: str | None, rows: int, h: int, seed: int) -> tuple:
@@ -144,6 +154,67 @@ def check(impls: dict[str, Any], quick: bool = False) -> bool:
     return ok_all
 
 
+def bits_unchanged(new: Any, old: Any) -> bool:
+    """The production invariant kernel gives bitwise the outputs of `old` (the lab copy of the
+    kernel before a change) on every check case and on 300 full rows."""
+    ok = True
+    cases = [("mxfp8", "nvfp4", 64), ("mxfp8", "mxfp8", 64), ("mxfp8", "bf16", 64),
+             ("bf16", "nvfp4", 64), ("mxfp8", None, 64), ("bf16", "bf16", 64),
+             ("mxfp8", "nvfp4", 128), ("mxfp8", "nvfp4", 16)]  # fmt: skip
+    for wfmt, cfmt, h in cases:
+        args = _problem(wfmt, cfmt, 24, h, seed=3)
+        (o1, l1), (o2, l2) = new(*args), old(*args)
+        same = torch.equal(o1, o2) and torch.equal(l1, l2)
+        ok &= same
+        print(f"bits {wfmt}+{cfmt} h{h}: new == old {same}", flush=True)
+    p = make_problem(FLASH, 300, CUDA, seed=5)
+    (o1, l1), (o2, l2) = new(*p.args()), old(*p.args())
+    same = torch.equal(o1, o2) and torch.equal(l1, l2)
+    print(f"bits FLASH 300 rows: new == old {same}", flush=True)
+    return ok and same
+
+
+def _head(args: list, rows: int, t: int) -> list:
+    """The first `rows` rows of a problem of `t` rows."""
+    return [x[:rows] if i in (0, 2, 3, 5, 6) else x for i, x in enumerate(args)]
+
+
+def split_checks() -> bool:
+    """The fast path's planner split (not batch invariant): within the float64 tolerance at
+    T = 1, 8, 64, rows without keys give zeros / -inf, and how often a row's bits differ
+    between batch sizes (T = 1 vs 8 vs 64: different split counts)."""
+    ok = True
+    p = make_problem(FLASH, 64, CUDA, seed=9)
+    a = list(p.args())
+    a[3] = a[3].clone()
+    a[6] = a[6].clone()
+    a[3][5] = 0
+    a[6][5] = 0  # row 5 without keys
+    a[6][6] = 37  # row 6: window + 2 compressed tiles (empty slices at high split counts)
+    ref, rlse = reference_sparse_attention(*_head(a, 8, 64))
+    vmax = max(max_abs_entry(p.window), max_abs_entry(p.comp))
+    outs = {}
+    for rows in (1, 8, 64):
+        o, lse = launch_gluon_fast(*_head(a, rows, 64))
+        outs[rows] = o
+        n = min(rows, 8)
+        err = (o[:n].double() - ref[:n]).abs()
+        good = bool((err <= 2.0**-8 * ref[:n].abs() + 2.0**-8 * vmax).all())
+        fin = torch.isfinite(rlse[:n])
+        good &= torch.equal(fin, torch.isfinite(lse[:n])) and torch.allclose(
+            lse[:n].double()[fin], rlse[:n][fin], rtol=1e-5, atol=1e-4
+        )
+        if rows > 5:
+            good &= bool((o[5] == 0).all()) and bool((lse[5] == -float("inf")).all())
+        ok &= good
+        print(f"fast T={rows}: within tolerance {good}", flush=True)
+    d1 = int(not torch.equal(outs[1][0], outs[8][0]))
+    d8 = sum(int(not torch.equal(outs[8][i], outs[64][i])) for i in range(8))
+    print(f"fast not invariant: row 0 at T=1 vs T=8 differs {d1}; rows of T=8 vs T=64 that "
+          f"differ {d8}/8", flush=True)  # fmt: skip
+    return ok
+
+
 def bench(impls: dict[str, Any], rows_list: list[int], only: dict[str, list[int]]) -> list[dict]:
     res = []
     for rows in rows_list:
@@ -182,6 +253,36 @@ def tile_sweep(impls: dict[str, Any], rows_list: tuple[int, ...] = (1, 132)) -> 
     return res
 
 
+def split_sweep() -> list[dict]:
+    """Graph-replay times (us) of the fast path at small T: the planner's split count, forced
+    split counts, the invariant kernel and the Triton split path."""
+    from ds41_attention.ops.sparse_attention.gluon_launch import plan_gluon_splits
+
+    res = []
+    sms = torch.cuda.get_device_properties(CUDA).multi_processor_count
+    for rows in (1, 2, 4, 8, 16, 32, 64, 96, 128):
+        p = make_problem(FLASH, rows, CUDA, seed=rows)
+        fs: dict[str, Any] = {
+            "invariant": functools.partial(launch_gluon_sparse_attention, *p.args()),
+            "plan": functools.partial(launch_gluon_fast, *p.args()),
+        }
+        if rows in (1, 8, 64):
+            fs["triton_split"] = functools.partial(
+                launch_sparse_attention, *p.args(), batch_invariant=False
+            )
+        for s in (2, 3, 4, 5, 7, 10, 14, 20, 32):
+            if s * rows <= 2 * sms:
+                fs[f"s{s}"] = functools.partial(launch_gluon_fast, *p.args(), splits=s)
+        row: dict = {"T": rows, "plan_splits": plan_gluon_splits(rows, 1, 20, sms)}
+        for name, f in fs.items():
+            gt = time_graph(f, CUDA, 30)
+            assert gt is not None
+            row[name] = round(gt * 1e6, 2)
+        res.append(row)
+        print(json.dumps(row), flush=True)
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", default="1,64,1024,4096")
@@ -191,6 +292,10 @@ def main() -> None:
     ap.add_argument("--quick", default="", help="implementations checked on one case only")
     ap.add_argument("--no-baselines", action="store_true", help="skip the production kernels")
     ap.add_argument("--tile-sweep", action="store_true", help="also time rows of 4..20 tiles")
+    ap.add_argument("--split", action="store_true",
+                    help="check the fast path (split counts 2, 7, 32 and the planner's) and "
+                         "time split counts at small T")  # fmt: skip
+    ap.add_argument("--bits", default="", help="lab variant the production kernel must equal")
     a = ap.parse_args()
     spec: dict[str, dict[str, int]] = {
         "ks3": {"PIPE": 0}, "ks2": {"PIPE": 0, "KSTAGES_MAIN": 2},
@@ -206,16 +311,26 @@ def main() -> None:
     names = a.variants.split(",")
     for n in names:
         impls[n] = functools.partial(launch_lab, load_variant(n, **spec[n]))
-    ok = check({k: v for k, v in impls.items() if k in a.check.split(",")})
+    split_impls: dict[str, Any] = {}
+    if a.split and "split" in a.check.split(","):
+        split_impls = {f"split{s}": functools.partial(launch_gluon_fast, splits=s)
+                       for s in (2, 7, 32)}  # fmt: skip
+    ok = True
+    if a.bits:
+        ok &= bits_unchanged(launch_gluon_sparse_attention, impls[a.bits])
+    ok &= check({k: v for k, v in impls.items() if k in a.check.split(",")} | split_impls)
     ok &= check({k: v for k, v in impls.items() if k in a.quick.split(",")}, quick=True)
+    if a.split:
+        ok &= split_checks()
     print("CHECK", "PASS" if ok else "FAIL", flush=True)
     rows = [int(r) for r in a.rows.split(",")]
     only = {n: [r for r in rows if r in (1, 4096)] for n in names if "drop" in n}
     res = bench(impls, rows, only)
-    sweep = tile_sweep(impls) if a.tile_sweep else []
+    sweep = tile_sweep({"gluon": launch_gluon_sparse_attention}) if a.tile_sweep else []
+    ssweep = split_sweep() if a.split else []
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rows": res, "tile_sweep": sweep}, f, indent=1)
+            json.dump({"rows": res, "tile_sweep": sweep, "split_sweep": ssweep}, f, indent=1)
     print("| T | " + " | ".join(impls) + " |")
     for r in res:
         cells = " | ".join(

@@ -3,8 +3,10 @@
 Compiles the Triton `_sparse_attn_kernel` per config and the Gluon kernel for the V4.1-Flash
 geometry (mxfp8 window, nvfp4 compressed, D=512) with Triton's bundled ptxas and prints
 registers, spill bytes and shared memory:
-`python packages/ds41-attention/scripts/ptxas_report.py "64,64,8,1;64,32,8,1" [--gluon]`.
-Config fields: block_h, block_n, num_warps, num_stages.
+`python packages/ds41-attention/scripts/ptxas_report.py "64,64,8,1;64,32,8,1" [--gluon]
+[--split] [--sass DIR]`. Config fields: block_h, block_n, num_warps, num_stages. `--split`
+also compiles the Gluon kernel's split (fast-path) variant; `--sass DIR` writes each kernel's
+SASS there (nvdisasm), e.g. to diff two versions of a kernel.
 """
 
 from __future__ import annotations
@@ -44,7 +46,14 @@ def signature(fn, constexprs: dict[str, int | bool]):
     return sig, attrs
 
 
-def report(cfg: KernelConfig | None, d: int = 512, w_fmt: int = 0, c_fmt: int = 1) -> str:
+def report(
+    cfg: KernelConfig | None,
+    d: int = 512,
+    w_fmt: int = 0,
+    c_fmt: int = 1,
+    split: bool = False,
+    sass_dir: str | None = None,
+) -> str:
     """Resources of the Triton kernel at `cfg`, or of the Gluon kernel when `cfg` is None."""
     if cfg is None:
         from triton.experimental.gluon._runtime import GluonASTSource
@@ -52,6 +61,8 @@ def report(cfg: KernelConfig | None, d: int = 512, w_fmt: int = 0, c_fmt: int = 
         from ds41_attention.ops.sparse_attention import gluon_kernels as gk
 
         cx: dict[str, int | bool] = {"W_FMT": w_fmt, "C_FMT": c_fmt}
+        if "SPLIT" in gk._gluon_sparse_attn_kernel.arg_names:
+            cx["SPLIT"] = split
         sig, attrs = signature(gk._gluon_sparse_attn_kernel, cx)
         sig["q_ptr"] = sig["out_ptr"] = "*bf16"  # the Gluon kernel reads / writes bf16
         src = GluonASTSource(gk._gluon_sparse_attn_kernel, sig, cx, attrs)
@@ -75,11 +86,19 @@ def report(cfg: KernelConfig | None, d: int = 512, w_fmt: int = 0, c_fmt: int = 
             text=True,
             check=True,
         )
+        if sass_dir:
+            nvdisasm = os.path.join(os.path.dirname(ptxas), "nvdisasm")
+            sass = subprocess.run([nvdisasm, "-c", os.path.join(tmp, "k.cubin")],
+                                  capture_output=True, text=True, check=True).stdout  # fmt: skip
+            name = "gluon_split" if split else ("gluon" if cfg is None else "triton")
+            with open(os.path.join(sass_dir, f"{name}_{w_fmt}{c_fmt}.sass"), "w") as f:
+                f.write(sass)
     regs = re.search(r"Used (\d+) registers", res.stderr)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", res.stderr)
     stack = re.search(r"(\d+) bytes stack frame", res.stderr)
     return (
-        f"{cfg or 'gluon'}: regs {regs.group(1) if regs else '?'} "
+        f"{cfg or ('gluon split' if split else 'gluon')} fmt {w_fmt}{c_fmt}: "
+        f"regs {regs.group(1) if regs else '?'} "
         f"stack {stack.group(1) if stack else '?'} "
         f"spill st/ld {spill.group(1) if spill else '?'}/{spill.group(2) if spill else '?'} "
         f"smem {k.metadata.shared}"
@@ -87,9 +106,14 @@ def report(cfg: KernelConfig | None, d: int = 512, w_fmt: int = 0, c_fmt: int = 
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--gluon"]
-    spec = args[0] if args else "64,64,8,1"
-    for c in spec.split(";"):
-        print(report(KernelConfig(*(int(v) for v in c.split(",")))), flush=True)
-    if "--gluon" in sys.argv:
-        print(report(None), flush=True)
+    argv = sys.argv[1:]
+    sass = argv[argv.index("--sass") + 1] if "--sass" in argv else None
+    args = [a for a in argv if not a.startswith("--") and a != sass]
+    spec = args[0] if args else ""
+    for c in filter(None, spec.split(";")):
+        print(report(KernelConfig(*(int(v) for v in c.split(","))), sass_dir=sass), flush=True)
+    if "--gluon" in argv:
+        for wf, cf in ((0, 1), (0, 0), (0, 2), (2, 2), (0, 3)):
+            print(report(None, w_fmt=wf, c_fmt=cf, sass_dir=sass), flush=True)
+            if "--split" in argv:
+                print(report(None, w_fmt=wf, c_fmt=cf, split=True, sass_dir=sass), flush=True)

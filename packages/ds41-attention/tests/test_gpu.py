@@ -21,6 +21,7 @@ from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, ran
 from ds41_attention import reference_sparse_attention, sparse_attention
 from ds41_attention.ops.sparse_attention.gluon_launch import (
     gluon_supported,
+    launch_gluon_fast,
     launch_gluon_sparse_attention,
 )
 from ds41_attention.ops.sparse_attention.launch import launch_sparse_attention
@@ -77,11 +78,97 @@ def test_flash_shapes_match_reference(h, cfmt, impl):
     _check_close(out, lse, args)
 
 
+def _triton_fast(*args):
+    return launch_sparse_attention(*args, batch_invariant=False)
+
+
+@pytest.mark.parametrize("path", ["dispatch", "triton"])
 @pytest.mark.parametrize("cfmt", ["mxfp8", "nvfp4", "bf16"])
-def test_fast_path_matches_reference(cfmt):
+def test_fast_path_matches_reference(cfmt, path):
+    """The fast path as `sparse_attention` dispatches it (the Gluon split path on sm_90) and
+    the Triton split path."""
     args = _problem(64, 512, 128, 512, 24, cfmt, seed=7)
-    out, lse = sparse_attention(*args, batch_invariant=False)
+    if path == "dispatch":
+        out, lse = sparse_attention(*args, batch_invariant=False)
+    else:
+        out, lse = _triton_fast(*args)
     _check_close(out, lse, args)
+
+
+def _needs_gluon():
+    if not gluon_supported(torch.zeros(1, 1, 512, device=CUDA)):
+        pytest.skip("the Gluon kernel needs an sm_90 GPU")
+
+
+@pytest.mark.parametrize("splits", [2, 7, 32, None])
+@pytest.mark.parametrize(
+    "wfmt,cfmt,h",
+    [("mxfp8", "nvfp4", 64), ("mxfp8", "mxfp8", 128), ("bf16", "bf16", 16), ("mxfp8", None, 64)],
+)
+def test_gluon_split_matches_reference(wfmt, cfmt, h, splits):
+    """The Gluon fast path at forced split counts (32 > the row's 20 tiles: empty slices) and
+    the planner's, with rows without keys and short rows: the float64 tolerance, zeros and
+    lse = -inf for empty rows; a forced split count keeps a row's bits whatever the batch."""
+    _needs_gluon()
+    k = 0 if cfmt is None else 512
+    args = list(_problem(h, 512, 128, k, 9, cfmt or "nvfp4", seed=81, wfmt=wfmt))
+    args[3] = args[3].clone()
+    args[3][2] = 0
+    args[3][4] = 5
+    if k:
+        args[6] = args[6].clone()
+        args[6][2] = 0
+        args[6][4] = 33
+    out, lse = launch_gluon_fast(*args, splits=splits)
+    _check_close(out, lse, args)
+    assert (out[2] == 0).all() and (lse[2] == -float("inf")).all()
+    if splits is not None:
+        for i in (0, 4, 8):
+            o, l = launch_gluon_fast(*_rows(args, torch.tensor([i], device=CUDA)), splits=splits)
+            assert torch.equal(o[0], out[i]) and torch.equal(l[0], lse[i]), i
+
+
+def test_gluon_fast_single_split_is_the_invariant_kernel():
+    _needs_gluon()
+    args = _problem(64, 512, 128, 512, 6, "nvfp4", seed=83)
+    fo, fl = launch_gluon_fast(*args, splits=1)
+    io, il = launch_gluon_sparse_attention(*args)
+    assert torch.equal(fo, io) and torch.equal(fl, il)
+
+
+def test_gluon_fast_path_is_not_batch_invariant():
+    """The planner splits a row into 20 slices at T = 1, 16 at T = 8 and 2 at T = 64, so the
+    fp32 partial sums, and the bits, of a row differ between those batch sizes (measured on
+    the H200: row 0 at T = 1 vs 8 and 7 of 8 rows at T = 8 vs 64); each stays within the
+    float64 tolerance."""
+    _needs_gluon()
+    args = _problem(64, 512, 128, 512, 64, "nvfp4", seed=85, lens_full=True)
+    outs = {}
+    for n in (1, 8, 64):
+        outs[n] = sparse_attention(*_rows(args, torch.arange(n, device=CUDA)),
+                                   batch_invariant=False)  # fmt: skip
+        first = _rows(args, torch.arange(min(n, 8), device=CUDA))
+        _check_close(outs[n][0][:8], outs[n][1][:8], first)
+    differs = int(not torch.equal(outs[1][0][0], outs[8][0][0]))
+    differs += sum(int(not torch.equal(outs[8][0][i], outs[64][0][i])) for i in range(8))
+    assert differs > 0
+
+
+def test_gluon_fast_path_graph_replay_is_bitwise_eager():
+    _needs_gluon()
+    args = _problem(64, 512, 128, 512, 4, "nvfp4", seed=87)
+    eager_o, eager_l = launch_gluon_fast(*args)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        launch_gluon_fast(*args)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        go, gl = launch_gluon_fast(*args)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(go, eager_o) and torch.equal(gl, eager_l)
 
 
 @pytest.mark.parametrize("d,w,k", [(64, 8, 4), (512, 128, 2048), (512, 8, 0), (64, 128, 64)])
@@ -101,7 +188,8 @@ def test_bf16_window(impl):
 
 def test_dispatch_picks_gluon_on_hopper():
     """`sparse_attention` runs the Gluon kernel on sm_90 when it is the default (bitwise its
-    output), else the Triton kernel; backend="gluon" forces it."""
+    output), else the Triton kernel, for the invariant and the fast path; backend="gluon"
+    forces it."""
     from ds41_attention.sparse_attention import GLUON_DEFAULT
 
     args = _problem(64, 512, 128, 512, 5, "nvfp4", seed=8)
@@ -110,14 +198,23 @@ def test_dispatch_picks_gluon_on_hopper():
     expect = launch_gluon_sparse_attention if on else launch_sparse_attention
     eo, el = expect(*args)
     assert torch.equal(out, eo) and torch.equal(lse, el)
+    fo, fl = sparse_attention(*args, batch_invariant=False)
+    fexpect = launch_gluon_fast if on else _triton_fast
+    eo, el = fexpect(*args)
+    assert torch.equal(fo, eo) and torch.equal(fl, el)
     if gluon_supported(args[0]):
         go, gl = sparse_attention(*args, backend="gluon")
         ko, kl = launch_gluon_sparse_attention(*args)
+        assert torch.equal(go, ko) and torch.equal(gl, kl)
+        go, gl = sparse_attention(*args, backend="gluon", batch_invariant=False)
+        ko, kl = launch_gluon_fast(*args)
         assert torch.equal(go, ko) and torch.equal(gl, kl)
 
 
 def _rows(args, idx):
     q, wc, ss, sl, cc, cs, cl, sink, scale = args
+    if cc is None:
+        return (q[idx], wc, ss[idx], sl[idx], None, None, None, sink, scale)
     return (q[idx], wc, ss[idx], sl[idx], cc, cs[idx], cl[idx], sink, scale)
 
 

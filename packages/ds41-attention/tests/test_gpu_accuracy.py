@@ -3,7 +3,8 @@
 At adversarial magnitudes (issue 11: latent groups 2^-5..2^5, x40 spikes, |q| <= 300,
 scores 1e3..1e4, heads whose mass splits between two distinct keys at equal large scores)
 and on the realistic random problem of test_gpu.py, for each cache format, on the Triton
-kernel, the Gluon kernel (sm_90) and the fast split path. The bound is per output element
+kernel, the Gluon kernel (sm_90), the fast split path as dispatched (the Gluon split path on
+sm_90) and the Triton split path. The bound is per output element
 (`accuracy_helpers.error_bound`, float64): the output's half ulp, the bf16 rounding of P
 (2^-8 of the mass-weighted |kv|), the fp32 score error (D * 2^-23 * scale * sum|q kv|, the
 worst case of the tensor cores' truncating adds) times the distance of each key from the
@@ -33,7 +34,16 @@ def _fast(*args):
     return sparse_attention(*args, batch_invariant=False)
 
 
-IMPLS = {"triton": launch_sparse_attention, "gluon": launch_gluon_sparse_attention, "fast": _fast}
+def _triton_fast(*args):
+    return launch_sparse_attention(*args, batch_invariant=False)
+
+
+IMPLS = {
+    "triton": launch_sparse_attention,
+    "gluon": launch_gluon_sparse_attention,
+    "fast": _fast,
+    "triton_fast": _triton_fast,
+}
 
 
 @pytest.fixture(params=sorted(IMPLS))

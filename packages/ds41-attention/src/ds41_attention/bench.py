@@ -2,8 +2,9 @@
 
 V4.1-Flash geometry (H=64, D=512, W=128 MXFP8 window + K=512 NVFP4 compressed entries per
 row), T in {1, 8, 64, 256, 1024, 4096}. Paths: the batch-invariant Triton kernel, the
-batch-invariant Hopper Gluon kernel (where it runs), the fast split-KV kernel, and a torch
-baseline (gather + decode + dense softmax). Times are CUDA-event medians, eager and in
+batch-invariant Hopper Gluon kernel (where it runs), the fast split-KV path as dispatched (on
+sm_90 the Gluon split path, with the Triton split path beside it as `fast_triton`), and a
+torch baseline (gather + decode + dense softmax). Times are CUDA-event medians, eager and in
 CUDA-graph replay (host clock medians in `--smoke`, the CPU mode on the tiny geometry); the
 table shows graph replay (kernel time) where measured. Targets (reported, never asserted):
 see BENCHMARKS.md.
@@ -232,6 +233,11 @@ def run(
             backend=triton_backend,
             validate=False,
         )
+        if "gluon" in paths:
+            # on sm_90 the fast path is the Gluon split path; the Triton split path beside it
+            paths["fast_triton"] = functools.partial(
+                launch_sparse_attention, *p.args(), batch_invariant=False
+            )
         paths["torch"] = functools.partial(torch_dense, p)
         for name in skip:
             paths.pop(name, None)
@@ -322,7 +328,7 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
 
     ts = [r["T"] for r in results]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name in ("invariant", "gluon", "fast", "torch"):
+    for name in ("invariant", "gluon", "fast", "fast_triton", "torch"):
         if f"{name}_tflops" not in results[0]:
             continue
         ax.plot(ts, [r[f"{name}_tflops"] for r in results], marker="o", label=name)
@@ -338,7 +344,9 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
 
 def _table(results: list[dict[str, Any]]) -> str:
     """Markdown table: kernel time (graph replay where measured) and TFLOP/s per path."""
-    names = [n for n in ("invariant", "gluon", "fast", "torch") if f"{n}_us" in results[0]]
+    names = [
+        n for n in ("invariant", "gluon", "fast", "fast_triton", "torch") if f"{n}_us" in results[0]
+    ]
     head = "| T | " + " | ".join(f"{n} us | {n} TFLOP/s" for n in names)
     head += " | BI/fast | err (BI) |"
     lines = [head, "|" + "---:|" * (2 * len(names) + 3)]

@@ -16,11 +16,11 @@ COMPRESSED_FORMATS = ("mxfp8", "nvfp4", "bf16")
 """Compressed cache formats the kernels read."""
 GLUON_DEFAULT = True
 """Whether `backend="auto"/"triton"` picks the Hopper Gluon kernel where it can run (sm_90,
-D = 512).
+D = 512), for the invariant path and for the fast (split-KV) path.
 
 On: the kernel rewritten for issue 11 is 2.0-2.2x faster than the Triton kernel on the H200
 and passed the package's `gpu` tests there (float64 bound, row alone == in batches up to 512
-rows, graph == eager; BENCHMARKS.md). Set it to False to pin the portable Triton kernel;
+rows, graph == eager; BENCHMARKS.md). Set it to False to pin the portable Triton kernels;
 `backend="gluon"` selects the Gluon kernel explicitly."""
 
 
@@ -171,9 +171,8 @@ def sparse_attention(
     only) splits rows over keys by a plan chosen from the batch shape.
 
     `backend`: "auto" (kernels on CUDA, torch on CPU), "triton" (the GPU kernels: on a
-    Hopper GPU (sm_90) with D = 512 the invariant path runs the Gluon kernel, elsewhere the
-    portable Triton kernel), "gluon" (the Gluon kernel or a ValueError where it cannot run),
-    "torch".
+    Hopper GPU (sm_90) with D = 512 both paths run the Gluon kernel, elsewhere the portable
+    Triton kernel), "gluon" (the Gluon kernel or a ValueError where it cannot run), "torch".
 
     `validate=True` checks the values (one host sync): slots in [-1, num_slots), lengths in
     [0, W] / [0, K], `q` finite and `sink` not NaN; a failure raises (ValueError naming `q`
@@ -200,24 +199,27 @@ def sparse_attention(
     if backend == "gluon":
         from .ops.sparse_attention.gluon_launch import gluon_supported
 
-        if not batch_invariant or not gluon_supported(q):
+        if not gluon_supported(q):
             raise ValueError(
-                "backend='gluon' needs a CUDA sm_90 (Hopper) device, D = 512 and "
-                f"batch_invariant=True, got device {q.device}, D = {q.shape[2]}, "
-                f"batch_invariant={batch_invariant}"
+                "backend='gluon' needs a CUDA sm_90 (Hopper) device and D = 512, got device "
+                f"{q.device}, D = {q.shape[2]}"
             )
         use_gluon = True
         resolved = "triton"
     else:
         resolved = resolve_backend(backend, q.device)
-        if resolved == "triton" and batch_invariant and GLUON_DEFAULT:
+        if resolved == "triton" and GLUON_DEFAULT:
             from .ops.sparse_attention.gluon_launch import gluon_supported
 
             use_gluon = gluon_supported(q)
     if use_gluon:
-        from .ops.sparse_attention.gluon_launch import launch_gluon_sparse_attention
+        from .ops.sparse_attention.gluon_launch import (
+            launch_gluon_fast,
+            launch_gluon_sparse_attention,
+        )
 
-        return launch_gluon_sparse_attention(
+        launch = launch_gluon_sparse_attention if batch_invariant else launch_gluon_fast
+        return launch(
             q,
             window_cache,
             swa_slots,

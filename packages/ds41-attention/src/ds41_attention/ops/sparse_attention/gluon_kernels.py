@@ -65,9 +65,10 @@ PRODUCER_REGS = gl.constexpr(136)
 
 
 @gluon.jit
-def _tile_slots(i, n_w, total, swa_row, swa_len, comp_row, comp_len, w_slots, c_slots,
+def _tile_slots(i, n_w, end, swa_row, swa_len, comp_row, comp_len, w_slots, c_slots,
                 HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
-    """(slot int64 clamped to >= 0, validity) of tile i's keys, in `layout`."""
+    """(slot int64 clamped to >= 0, validity) of the keys of the row's tile i, in `layout`;
+    tiles from `end` on are masked (the program's slice of the row ends there)."""
     offs = gl.arange(0, BLOCK_N, layout=layout)
     jw = i * BLOCK_N + offs
     in_w = jw < swa_len
@@ -79,7 +80,7 @@ def _tile_slots(i, n_w, total, swa_row, swa_len, comp_row, comp_len, w_slots, c_
         sc = gl.load(comp_row + jc, mask=in_c, other=-1)
         slots = gl.where(in_c, sc, slots)
         ok = ok | (in_c & (sc < c_slots))
-    valid = ok & (slots >= 0) & (i < total)
+    valid = ok & (slots >= 0) & (i < end)
     return gl.maximum(slots, 0).to(gl.int64), valid
 
 
@@ -210,12 +211,13 @@ def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr):
 
 
 @gluon.jit
-def _fetch(i, n_w, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride, w_page_size,
-           c_ptr, c_page_stride, c_page_size, W_FMT: gl.constexpr,
+def _fetch(i, g, n_w, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+           w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT: gl.constexpr,
            C_FMT: gl.constexpr):  # fmt: skip
-    """Start the copies of tile i into ring slot i % NRAW; record the keys' validity."""
+    """Start the copies of the program's tile i (the row's tile g) into ring slot i % NRAW;
+    record the keys' validity."""
     rs = i % NRAW
-    if C_FMT == 3 or i < n_w:
+    if C_FMT == 3 or g < n_w:
         _issue_copy(raw_smem, rs, scl_smem.index(rs), w_ptr, w_page_stride, w_page_size, sl,
                     ok, W_FMT)  # fmt: skip
     else:
@@ -226,20 +228,33 @@ def _fetch(i, n_w, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride, 
 
 
 @gluon.jit
-def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP: gl.constexpr):
+def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, num_splits, HAS_COMP: gl.constexpr,
+                 SPLIT: gl.constexpr):  # fmt: skip
+    """(window length, window tiles, compressed length, first tile, tile count, end tile) of
+    this program: the row's tiles [0, total), or with SPLIT the contiguous slice
+    [sp total / S, (sp + 1) total / S) of split sp = program_id(2) of S = num_splits."""
     swa_len = gl.minimum(gl.maximum(gl.load(swa_lens_ptr + t), 0), W)
     n_w = gl.cdiv(swa_len, BLOCK_N)
     if HAS_COMP:
         comp_len = gl.minimum(gl.maximum(gl.load(comp_lens_ptr + t), 0), K)
     else:
         comp_len = swa_len * 0
+    total = n_w + gl.cdiv(comp_len, BLOCK_N)
+    if SPLIT:
+        sp = gl.program_id(2)
+        lo = sp * total // num_splits
+        end = (sp + 1) * total // num_splits
+    else:
+        lo = total * 0
+        end = total
     # at least one (all-masked) tile, so a consumer may issue its first product unconditionally
-    return swa_len, n_w, comp_len, gl.maximum(n_w + gl.cdiv(comp_len, BLOCK_N), 1)
+    return swa_len, n_w, comp_len, lo, gl.maximum(end - lo, 1), end
 
 
 @gluon.jit
 def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
-              bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+              bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+              SPLIT: gl.constexpr):  # fmt: skip
     (
         q_ptr,
         stride_qt,
@@ -268,20 +283,25 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         _lse_ptr,
         _stride_lt,
         H,
+        _part_o_ptr,
+        _part_ml_ptr,
+        num_splits,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
     t = gl.program_id(0).to(gl.int64)
     hb = gl.program_id(1)
     row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    swa_len, n_w, comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    swa_len, n_w, comp_len, lo, n, end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
+                                                      num_splits, HAS_COMP, SPLIT)  # fmt: skip
     swa_row = swa_ptr + t * stride_swa_t
     comp_row = comp_ptr + t * stride_comp_t
-    sl_n, ok_n = _tile_slots(NRAW, n_w, total, swa_row, swa_len, comp_row, comp_len,
+    # program tile i is the row's tile lo + i
+    sl_n, ok_n = _tile_slots(lo + NRAW, n_w, end, swa_row, swa_len, comp_row, comp_len,
                              w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
     for r in gl.static_range(NRAW):
-        sl_r, ok_r = _tile_slots(r, n_w, total, swa_row, swa_len, comp_row, comp_len,
+        sl_r, ok_r = _tile_slots(lo + r, n_w, end, swa_row, swa_len, comp_row, comp_len,
                                  w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
-        _fetch(r, n_w, sl_r, ok_r, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+        _fetch(r, lo + r, n_w, sl_r, ok_r, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
                w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
     # Q as 2 [64, 256] halves in channel order
     ql: gl.constexpr = _dec_layout()
@@ -296,12 +316,12 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     gl.thread_barrier()
     mbarrier.arrive(bars.index(0), count=1)
 
-    for i in range(0, total):
+    for i in range(0, n):
         # slots of tile i + NRAW were loaded one iteration ago; load those of i + NRAW + 1
         sl_f = sl_n
         ok_f = ok_n
-        sl_n, ok_n = _tile_slots(i + NRAW + 1, n_w, total, swa_row, swa_len, comp_row, comp_len,
-                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        sl_n, ok_n = _tile_slots(lo + i + NRAW + 1, n_w, end, swa_row, swa_len, comp_row,
+                                 comp_len, w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
         ks = i % KS
         rs = i % NRAW
         async_copy.wait_group(NRAW - 1)
@@ -311,7 +331,7 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
         for h in gl.static_range(2):
             for k0 in gl.static_range(0, BLOCK_N, SUB):
-                if C_FMT == 3 or i < n_w:
+                if C_FMT == 3 or lo + i < n_w:
                     x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, W_FMT, h)
                 else:
                     x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, C_FMT, h)
@@ -320,8 +340,9 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(bars.index(1 + ks), count=1)
-        _fetch(i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
-               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+        _fetch(i + NRAW, lo + i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
+               w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
+               C_FMT)  # fmt: skip
     async_copy.wait_group(0)
 
 
@@ -351,7 +372,8 @@ def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
 
 @gluon.jit
 def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
-               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+               SPLIT: gl.constexpr):  # fmt: skip
     """Q.K^T of the whole tile, the online softmax, P (bf16) and the rescale factor to shared
     memory for consumer 1, P.V over channels [0, 256)."""
     (
@@ -382,6 +404,9 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         lse_ptr,
         stride_lt,
         H,
+        part_o_ptr,
+        part_ml_ptr,
+        num_splits,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
     t = gl.program_id(0).to(gl.int64)
@@ -394,7 +419,8 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     )
     p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
-    _swa_len, _n_w, _comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
+                                                          num_splits, HAS_COMP, SPLIT)  # fmt: skip
     PF: gl.constexpr = 2 + 2 * KS
     m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
@@ -402,12 +428,12 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     mbarrier.wait(bars.index(0), 0)
     mbarrier.wait(bars.index(1), 0)
     s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, 0, mma_s)])
-    for j in range(0, total):
+    for j in range(0, n):
         js = j % KS
         ps = j % 2
         # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax (the
         # last tile repeats its own stage, result unused)
-        has_next = j + 1 < total
+        has_next = j + 1 < n
         jn = gl.where(has_next, (j + 1) % KS, js)
         mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1, pred=has_next)
         s_tok = _qk(q_smem, k_smem, jn, mma_s)
@@ -425,20 +451,27 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         gl.thread_barrier()
         mbarrier.arrive(bars.index(1 + KS + js), count=1)
 
-    # epilogue: sink in the denominator only; denominator and row flag to consumer 1
-    has = m_i > -float("inf")
-    m_safe_o = gl.where(has, m_i, 0.0)
     oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
     omask = oheads < H
-    sink = gl.load(sink_ptr + oheads, mask=omask, other=0.0)
-    denom = gl.where(has, l_i + gl.exp(sink - m_safe_o), 0.0)
-    x_smem.index(2).store(denom)
-    gl.thread_barrier()
-    mbarrier.arrive(bars.index(PF + 4), count=1)
-    lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
-    gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
-    _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), out_ptr, t, stride_ot,
-               stride_oh, hb, H, 0, mma_o)  # fmt: skip
+    if SPLIT:
+        # the slice's partial state for the combine kernel: (m, l) and acc, unnormalized
+        pidx = (t * H + oheads) * num_splits + gl.program_id(2)
+        gl.store(part_ml_ptr + pidx * 2, m_i, mask=omask)
+        gl.store(part_ml_ptr + pidx * 2 + 1, l_i, mask=omask)
+        _store_part(acc, part_o_ptr, t, H, hb, num_splits, 0, mma_o)
+    else:
+        # sink in the denominator only; the denominator to consumer 1
+        has = m_i > -float("inf")
+        m_safe_o = gl.where(has, m_i, 0.0)
+        sink = gl.load(sink_ptr + oheads, mask=omask, other=0.0)
+        denom = gl.where(has, l_i + gl.exp(sink - m_safe_o), 0.0)
+        x_smem.index(2).store(denom)
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(PF + 4), count=1)
+        lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
+        gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
+        _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), out_ptr, t,
+                   stride_ot, stride_oh, hb, H, 0, mma_o)  # fmt: skip
     return (m_i,)
 
 
@@ -453,8 +486,20 @@ def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C: gl.conste
 
 
 @gluon.jit
+def _store_part(acc, part_o_ptr, t, H, hb, num_splits, C: gl.constexpr, mma_o: gl.constexpr):
+    """Channels [256 C, 256 C + 256) of the unnormalized fp32 accumulator into the partials
+    (fp32 [T, H, splits, D]) of split program_id(2)."""
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
+    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
+    pidx = (t * H + oheads) * num_splits + gl.program_id(2)
+    ptrs = part_o_ptr + pidx[:, None] * D + C * 256 + oc[None, :]
+    gl.store(ptrs, acc, mask=(oheads < H)[:, None])
+
+
+@gluon.jit
 def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
-               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+               SPLIT: gl.constexpr):  # fmt: skip
     """P.V over channels [256, 512) with P and the rescale factor from consumer 0."""
     (
         _q_ptr,
@@ -484,6 +529,9 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         _lse_ptr,
         _stride_lt,
         H,
+        part_o_ptr,
+        _part_ml_ptr,
+        num_splits,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
     t = gl.program_id(0).to(gl.int64)
@@ -492,10 +540,11 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
     )
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
-    _swa_len, _n_w, _comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
+                                                          num_splits, HAS_COMP, SPLIT)  # fmt: skip
     PF: gl.constexpr = 2 + 2 * KS
     acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
-    for j in range(0, total):
+    for j in range(0, n):
         js = j % KS
         ps = j % 2
         mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
@@ -506,9 +555,12 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         gl.thread_barrier()
         mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
         mbarrier.arrive(bars.index(1 + KS + js), count=1)
-    mbarrier.wait(bars.index(PF + 4), 0)
-    denom = x_smem.index(2).load(row_o)
-    _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, 1, mma_o)
+    if SPLIT:
+        _store_part(acc, part_o_ptr, t, H, hb, num_splits, 1, mma_o)
+    else:
+        mbarrier.wait(bars.index(PF + 4), 0)
+        denom = x_smem.index(2).load(row_o)
+        _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, 1, mma_o)
 
 
 @gluon.jit
@@ -519,7 +571,8 @@ def _gluon_sparse_attn_kernel(
     sink_ptr, scale,
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # bf16 out
     H,
-    W_FMT: gl.constexpr, C_FMT: gl.constexpr,
+    part_o_ptr, part_ml_ptr, num_splits,  # SPLIT: fp32 [T, H, splits, D], [T, H, splits, 2]
+    W_FMT: gl.constexpr, C_FMT: gl.constexpr, SPLIT: gl.constexpr,
 ):  # fmt: skip
     KS: gl.constexpr = _kstages(W_FMT, C_FMT)
     RW: gl.constexpr = _raw_words(W_FMT, C_FMT)
@@ -551,7 +604,7 @@ def _gluon_sparse_attn_kernel(
     a = (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr,
          stride_swa_t, swa_lens_ptr, W, c_ptr, c_page_stride, c_page_size, c_num_slots,
          comp_ptr, stride_comp_t, comp_lens_ptr, K, sink_ptr, scale, out_ptr, stride_ot,
-         stride_oh, lse_ptr, stride_lt, H)  # fmt: skip
+         stride_oh, lse_ptr, stride_lt, H, part_o_ptr, part_ml_ptr, num_splits)  # fmt: skip
     gl.warp_specialize(
         [
             (
@@ -570,6 +623,7 @@ def _gluon_sparse_attn_kernel(
                     W_FMT,
                     C_FMT,
                     KS,
+                    SPLIT,
                 ),
             ),
             (
@@ -588,6 +642,7 @@ def _gluon_sparse_attn_kernel(
                     W_FMT,
                     C_FMT,
                     KS,
+                    SPLIT,
                 ),
             ),
             (
@@ -606,6 +661,7 @@ def _gluon_sparse_attn_kernel(
                     W_FMT,
                     C_FMT,
                     KS,
+                    SPLIT,
                 ),
             ),
         ],
