@@ -3,13 +3,18 @@ against float64 and for row invariance, then timed beside the production kernels
 
     PYTHONPATH=packages/ds41-cache/src:packages/ds41-attention/src \
         python3 packages/ds41-attention/scripts/gluon_profile.py [--rows 1,64,1024,4096] \
-        [--variants pipe,ks3] [--check pipe] [--tile-sweep] [--json F]
+        [--variants pipe,ks3] [--check pipe] [--tile-sweep] [--split] [--bits pipe] [--json F]
 
 Variants (`--variants`, see `main`): pipe = the production settings; ks3 = without the Q.K^T
 look-ahead; stage drops (timing only, their outputs are meaningless): *drop1 = no decode,
 *drop2 = no products / softmax, *drop3 = no record copies. The time a drop saves bounds what
 that stage costs on the critical path. `--tile-sweep` times rows of 4..20 tiles (per-tile
-cost vs fixed cost of a program). A table of kernel times (graph replay, us) is printed last.
+cost vs fixed cost of a program). `--bits pipe`: the production kernel must give bitwise the
+outputs of the lab variant `pipe` (the kernel before a change). `--split`: the fast (split)
+path's checks (planner split at T = 1, 8, 64; with `--check ...,split` also forced split
+counts 2, 7, 32 through `check`) and its times at small T against forced split counts, the
+invariant kernel and the Triton split path. A table of kernel times (graph replay, us) is
+printed last.
 """
 
 from __future__ import annotations

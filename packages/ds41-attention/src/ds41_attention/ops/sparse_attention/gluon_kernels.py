@@ -1,5 +1,6 @@
 # mypy: disable-error-code="no-untyped-def"
-"""Hopper (sm_90a) Gluon kernel of SPEC section 8: the batch-invariant path, warp specialized.
+"""Hopper (sm_90a) Gluon kernel of SPEC section 8: the batch-invariant path (and, in split
+mode, the fast path), warp specialized.
 
 Contract (as the Triton kernel's): one program per (row, head block of 64) walks that row's
 keys in the fixed order (window ascending, then compressed ascending) in tiles of BLOCK_N = 32,
@@ -20,6 +21,12 @@ Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three 
   registers; it writes lse and the denominators for consumer 1.
 - consumer 1 (4 warps, channels [256, 512)): rescale, P.V with P from shared memory.
 A K stage is free again when both consumers arrived on its mbarrier.
+
+Split mode (constexpr SPLIT, the fast path; grid (T, head blocks, S)): program sp walks the
+contiguous slice [sp n / S, (sp + 1) n / S) of its row's n tiles with the same pipeline and
+stores its unnormalized fp32 accumulator and (max, sum) as partials for the combine kernel
+(not batch invariant: the slices follow S, which the launcher picks from T). In invariant
+mode the slice is [0, n): the arithmetic is the one the kernel had before split mode.
 
 Decode (every product exact in bf16, SPEC section 4): e4m3 bytes go through the hardware
 e4m3x2 -> f16x2 conversion, f32, a bf16x2 pack and one bf16x2 multiply by the block scale
