@@ -381,3 +381,23 @@ def test_row_offsets_beyond_int32(backend, device):
     args[0] = q
     out, lse = sparse_attention(*args, backend=backend)
     check(out, lse, args, torch.device("cpu"))
+
+
+def test_gluon_split_planner():
+    """The Gluon fast path's split count (host logic only; the kernel runs on sm_90): fill
+    the SMs once, at most one slice per tile and GLUON_MAX_SPLITS, no split once the rows
+    fill the SMs."""
+    from ds41_attention.ops.sparse_attention.gluon_launch import (
+        GLUON_MAX_SPLITS,
+        plan_gluon_splits,
+    )
+
+    assert plan_gluon_splits(1, 1, 20, 132) == 20
+    assert plan_gluon_splits(8, 1, 20, 132) == 16
+    assert plan_gluon_splits(64, 1, 20, 132) == 2
+    assert plan_gluon_splits(67, 1, 20, 132) == 1
+    assert plan_gluon_splits(4096, 1, 20, 132) == 1
+    assert plan_gluon_splits(8, 2, 20, 132) == 8
+    assert plan_gluon_splits(1, 1, 68, 132) == GLUON_MAX_SPLITS
+    assert plan_gluon_splits(1, 1, 4, 132) == 4
+    assert plan_gluon_splits(0, 1, 0, 132) == 1

@@ -42,17 +42,16 @@ def gluon_supported(q: torch.Tensor) -> bool:
 
 GLUON_MAX_SPLITS = 32
 """Most slices the fast path cuts a row into (the combine kernel holds [splits, D] fp32)."""
-GLUON_MIN_SPLIT_TILES = 1
-"""Fewest 32-key tiles per slice the split planner aims for."""
 
 
 def plan_gluon_splits(num_rows: int, head_blocks: int, max_tiles: int, num_sms: int) -> int:
     """Slices per row for the fast path: enough programs to fill the SMs once
-    (`num_sms // (rows x head blocks)`), at most `max_tiles / GLUON_MIN_SPLIT_TILES` and
-    GLUON_MAX_SPLITS; 1 (the invariant kernel, no combine) once the rows fill the SMs."""
+    (`num_sms // (rows x head blocks)`), at most one per 32-key tile (`max_tiles`, from the
+    slot tables' widths) and GLUON_MAX_SPLITS; 1 (the invariant kernel, no combine) once the
+    rows fill the SMs. Measured on the H200 (BENCHMARKS.md): within 3% of the best forced
+    split count from T = 4 to 128 rows; more slices than SMs (a second wave) lose."""
     programs = max(1, num_rows * head_blocks)
-    per_tiles = -(-max(1, max_tiles) // GLUON_MIN_SPLIT_TILES)
-    return int(max(1, min(num_sms // programs, per_tiles, GLUON_MAX_SPLITS)))
+    return int(max(1, min(num_sms // programs, max(1, max_tiles), GLUON_MAX_SPLITS)))
 
 
 def kernel_args(
