@@ -2,11 +2,15 @@
 
 Every output element `out[m, n] = sum_k x[m, k] w[n, k]` is reduced the same way whatever the
 row count: K is cut into `n_segs` segments of `seg_tiles` BLOCK_K-wide tiles; each segment is
-an fp32 chain of tensor-core dot steps starting from zero, and the segments are added in
-ascending order to a zero fp32 total. A launch may run a row block's segments one after the
-other in one program, or one segment per program with a fixed-order reduction afterwards
-(`split`); both perform the same fp32 operations in the same order, so the bits are equal
-(tested). Only that choice of parallelism looks at M; the arithmetic is fixed by (N, K).
+an fp32 chain of tensor-core dot steps starting from zero. The segments are added in two
+halves (`half_split`): the first `half` segments in ascending order to a zero fp32 total, the
+others likewise to a second zero total, and the two totals are added last (with fewer than 4
+segments there is one half, so this is the plain ascending sum). A tensor-parallel rank that
+holds one half of K adds its own segments and sends one partial instead of one per segment.
+A launch may run a row block's segments one after the other in one program, or one segment per
+program with a fixed-order reduction afterwards (`split`); both perform the same fp32
+operations in the same order, so the bits are equal (tested). Only that choice of parallelism
+looks at M; the arithmetic is fixed by (N, K).
 
 Why segments at all: at decode sizes (M <= 64) one program per 64-column tile leaves most of
 the GPU idle for narrow weights (a [256, 4096] weight is 4 programs, each a 64-step chain).
@@ -38,6 +42,12 @@ SPLIT_MIN_SEGS = 3
 """Two segments never paid for the reduction launch in the same measurements."""
 
 
+def half_split(n_segs: int) -> int:
+    """Segments in the first half of the two-level segment sum: `ceil(n_segs / 2)` from 4
+    segments on, else `n_segs` (one chain). A function of the segment count alone."""
+    return -(-n_segs // 2) if n_segs >= 4 else n_segs
+
+
 @dataclass(frozen=True)
 class MatmulPlan:
     """How one weight `[groups, n, k]` is reduced (all fields derive from that shape)."""
@@ -50,6 +60,14 @@ class MatmulPlan:
     k_tiles: int
     seg_tiles: int
     n_segs: int
+    halves: bool = True
+    """False: the segments form one ascending chain (a tensor-parallel rank's own half of a
+    larger weight's K, `linear.linear_chain`); True: the two halves of `half_split`."""
+
+    @property
+    def half(self) -> int:
+        """Segments in the first half of the segment sum (`half_split`; all when not halves)."""
+        return half_split(self.n_segs) if self.halves else self.n_segs
 
     def split(self, m: int) -> bool:
         """Whether a launch over `m` rows runs its segments in parallel (speed only)."""
