@@ -6,7 +6,8 @@
 #   4. all_gather times of the step's sizes under NCCL's default protocol choice, Simple and
 #      LL128, and the invariant matmul on the TP=2 shard shapes (scripts/tp_comm_matmul.py);
 #   5. if a protocol gathers the step's sizes >= 10% faster than the default, the TP=2 benchmark
-#      again under it (--skip-tp1).
+#      again under it (--skip-tp1);
+#   6. the matmul's `gpu` tests (split == one program == row alone, bitwise, flash_mini shapes).
 # Each step runs only if enough of TP_TOTAL seconds is left.
 #   bash scripts/tp_gpu_check.sh OUTDIR
 # Run from the repository root with the ds41 packages on PYTHONPATH.
@@ -65,4 +66,7 @@ if [ -n "$best" ]; then
     --json "$OUT/tp_bench_$best.json" ${TP_BENCH_ARGS:-}
   tail -9 "$OUT/tp_bench_$best.log"
 fi
+step gpu_matmul 25 python3 -m pytest -q -m gpu -p no:cacheprovider \
+  packages/ds41-runner/tests/test_ops_linear.py
+tail -2 "$OUT/gpu_matmul.log"
 echo "total: $(( $(date +%s) - start )) s"
