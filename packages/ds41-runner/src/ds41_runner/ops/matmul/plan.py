@@ -40,6 +40,17 @@ SPLIT_BELOW_PROGRAMS = 66
 more than the parallelism gains)."""
 SPLIT_MIN_SEGS = 3
 """Two segments never paid for the reduction launch in the same measurements."""
+LARGE_WEIGHT_ELEMENTS = 16 * 2**20
+"""From this size on (32 MiB of bf16: flash_wide's projections and their TP=2 shards; no
+flash_mini weight) a launch of fewer than LARGE_SPLIT_BELOW_PROGRAMS output tiles runs its
+segments in parallel even with two segments: measured on the H200 at 64 rows (CUDA graphs,
+`scripts/tp_comm_matmul.py`), split vs one program per tile: [5120, 8192] (4 segments, 80
+tiles) 30.0 vs 55.8 us, [12288, 5120] (2, 192) 40.2 vs 45.8, the TP=2 shards [5120, 6144]
+(2, 80) 31.0 vs 43.2, [6144, 5120] (2, 96) 28.3 vs 37.4, 4 x [1024, 4096] (2, 64) 15.0 vs
+15.8: one program per tile leaves SMs idle or in a short second wave while a large weight
+streams."""
+LARGE_SPLIT_BELOW_PROGRAMS = 200
+"""Output tiles below which a large weight's launch splits (the measured cases had <= 192)."""
 
 
 def half_split(n_segs: int) -> int:
@@ -70,10 +81,14 @@ class MatmulPlan:
         return half_split(self.n_segs) if self.halves else self.n_segs
 
     def split(self, m: int) -> bool:
-        """Whether a launch over `m` rows runs its segments in parallel (speed only)."""
+        """Whether a launch over `m` rows runs its segments in parallel (speed only: the
+        bits are the same either way)."""
         m_tiles = -(-m // BLOCK_M)
         tiles = m_tiles * self.groups * self.n_tiles
-        return self.n_segs >= SPLIT_MIN_SEGS and tiles < SPLIT_BELOW_PROGRAMS
+        if self.n_segs >= SPLIT_MIN_SEGS and tiles < SPLIT_BELOW_PROGRAMS:
+            return True
+        large = self.groups * self.n * self.k >= LARGE_WEIGHT_ELEMENTS
+        return large and self.n_segs >= 2 and tiles < LARGE_SPLIT_BELOW_PROGRAMS
 
 
 @cache
