@@ -8,11 +8,14 @@
 #   5. if a protocol gathers the step's sizes >= 10% faster than the default, the TP=2 benchmark
 #      again under it (--skip-tp1);
 #   6. the matmul's `gpu` tests (split == one program == row alone, bitwise, flash_mini shapes).
-# Each step runs only if enough of TP_TOTAL seconds is left.
+# Each step runs only if enough of TP_TOTAL seconds is left. At the end every JSON result is
+# merged into OUTDIR/tp_results.json and every log into OUTDIR/tp_all.log (the device tool
+# returns a limited number of files); the parts stay in OUTDIR/parts only with TP_KEEP_PARTS=1.
 #   bash scripts/tp_gpu_check.sh OUTDIR
 # Run from the repository root with the ds41 packages on PYTHONPATH.
 set -u
-OUT=${1:-/tmp/ds41_tp}
+FINAL=${1:-/tmp/ds41_tp}
+OUT=$FINAL/parts
 TOTAL=${TP_TOTAL:-300}
 mkdir -p "$OUT"
 start=$(date +%s)
@@ -70,3 +73,17 @@ step gpu_matmul 25 python3 -m pytest -q -m gpu -p no:cacheprovider \
   packages/ds41-runner/tests/test_ops_linear.py
 tail -2 "$OUT/gpu_matmul.log"
 echo "total: $(( $(date +%s) - start )) s"
+python3 - "$OUT" "$FINAL" <<'EOF'
+import json, pathlib, sys
+parts, final = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+merged = {}
+for p in sorted(parts.glob("*.json")):
+    try:
+        merged[p.stem] = json.loads(p.read_text())
+    except ValueError as exc:
+        merged[p.stem] = f"unreadable: {exc}"
+(final / "tp_results.json").write_text(json.dumps(merged, indent=1))
+logs = sorted(parts.glob("*.log")) + sorted(parts.glob("*.txt"))
+(final / "tp_all.log").write_text("".join(f"===== {p.name}\n{p.read_text()}\n" for p in logs))
+EOF
+[ "${TP_KEEP_PARTS:-0}" = 1 ] || rm -rf "$OUT"
