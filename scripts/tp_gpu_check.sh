@@ -1,28 +1,89 @@
 #!/usr/bin/env bash
-# Two GPUs (device kind nvidia-h200-x2): the `gpu2` test (flash_mini, TP=2 == TP=1 bitwise for
-# nvfp4_ds_mla and fp8_ds_mla), then the tensor-parallel benchmark (flash_wide, TP=1 vs TP=2)
-# in what is left of TP_TOTAL seconds.
+# Two GPUs (device kind nvidia-h200-x2), one call:
+#   1. the `gpu2` test (flash_mini, TP=2 == TP=1 bitwise for nvfp4_ds_mla and fp8_ds_mla);
+#   2. the tensor-parallel benchmark (flash_wide, TP=1 vs TP=2, decode + prefill, comm);
+#   3. the decode-step profile at TP=1 and TP=2 (scripts/tp_profile.py);
+#   4. all_gather times of the step's sizes under NCCL's default protocol choice, Simple and
+#      LL128, and the invariant matmul on the TP=2 shard shapes (scripts/tp_comm_matmul.py);
+#   5. if a protocol gathers the step's sizes >= 10% faster than the default, the TP=2 benchmark
+#      again under it (--skip-tp1);
+#   6. the matmul's `gpu` tests (split == one program == row alone, bitwise, flash_mini shapes).
+# Each step runs only if enough of TP_TOTAL seconds is left. At the end every JSON result is
+# merged into OUTDIR/tp_results.json and every log into OUTDIR/tp_all.log (the device tool
+# returns a limited number of files); the parts stay in OUTDIR/parts only with TP_KEEP_PARTS=1.
 #   bash scripts/tp_gpu_check.sh OUTDIR
 # Run from the repository root with the ds41 packages on PYTHONPATH.
 set -u
-OUT=${1:-/tmp/ds41_tp}
+FINAL=${1:-/tmp/ds41_tp}
+OUT=$FINAL/parts
 TOTAL=${TP_TOTAL:-300}
 mkdir -p "$OUT"
 start=$(date +%s)
+left() { echo $(( TOTAL - ($(date +%s) - start) )); }
 # NVLink multicast stays off (the lent machines' rule; it can disable the shared host's GPUs).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+RUN2="python3 -m torch.distributed.run --standalone --nproc-per-node=2"
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader | tee "$OUT/gpus.txt"
+
 timeout "${TP_TEST_TIMEOUT:-150}" python3 -m pytest -q -x -m gpu2 -p no:cacheprovider \
   --basetemp="$OUT/pytest" packages/ds41-runner/tests/test_parallel_gpu.py 2>&1 \
   | tail -40 | tee "$OUT/gpu2_test.log"
 echo "gpu2 test: $(( $(date +%s) - start )) s" | tee -a "$OUT/gpu2_test.log"
 find "$OUT/pytest" -name result.json -exec cp {} "$OUT/tp_check.json" \; 2>/dev/null
-left=$(( TOTAL - ($(date +%s) - start) ))
-echo "benchmark: ${left} s left" | tee "$OUT/tp_bench.log"
-if [ "$left" -gt 15 ]; then
-  t0=$(date +%s)
-  timeout "$left" python3 -m torch.distributed.run --standalone --nproc-per-node=2 \
-    -m ds41_runner.tp_bench --json "$OUT/tp_bench.json" --timeout-s "$left" \
-    ${TP_BENCH_ARGS:-} 2>&1 | tail -60 | tee -a "$OUT/tp_bench.log"
-  echo "tp_bench: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/tp_bench.log"
+rm -rf "$OUT/pytest"
+
+step() {  # step NAME MIN_SECONDS COMMAND...: run COMMAND under what is left, logged to NAME.log
+  local name=$1 need=$2; shift 2
+  local l; l=$(left)
+  if [ "$l" -lt "$need" ]; then echo "$name: skipped ($l s left)" | tee "$OUT/$name.log"; return; fi
+  local t0; t0=$(date +%s)
+  timeout "$l" "$@" > "$OUT/$name.log" 2>&1
+  echo "$name: rc $? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/$name.log"
+}
+step tp_bench 40 $RUN2 -m ds41_runner.tp_bench --json "$OUT/tp_bench.json" ${TP_BENCH_ARGS:-}
+tail -9 "$OUT/tp_bench.log"
+step tp_profile 60 $RUN2 scripts/tp_profile.py --steps 2 --out "$OUT/tp_profile.txt"
+step comm_default 15 $RUN2 scripts/tp_comm_matmul.py --json "$OUT/comm_default.json"
+for proto in Simple LL128; do
+  step "comm_$proto" 12 env NCCL_PROTO=$proto $RUN2 scripts/tp_comm_matmul.py --no-matmul \
+    --json "$OUT/comm_$proto.json"
+done
+cat "$OUT"/comm_*.log | grep -v "^\*\|OMP_NUM\|^$"
+best=$(python3 - "$OUT" <<'EOF'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+def cost(p):  # one decode step's gathers: 16 half totals, the logits, the embedding rows
+    g = json.loads(p.read_text())["gather_us"]
+    return 16 * g["wo_b/w2 half total f32 64x5120"] + g["lm_head logits f32 64x64640"] \
+        + g["embed rows bf16 64x5120"]
+costs = {p.stem[5:]: cost(p) for p in out.glob("comm_*.json")}
+print(" ".join(f"{k}={v:.0f}us" for k, v in costs.items()), file=sys.stderr)
+if "default" in costs:
+    k = min(costs, key=costs.get)
+    print(k if k != "default" and costs[k] < 0.9 * costs["default"] else "")
+EOF
+)
+echo "protocol for a second TP=2 run: ${best:-none}"
+if [ -n "$best" ]; then
+  step "tp_bench_$best" 30 env NCCL_PROTO=$best $RUN2 -m ds41_runner.tp_bench --skip-tp1 \
+    --json "$OUT/tp_bench_$best.json" ${TP_BENCH_ARGS:-}
+  tail -9 "$OUT/tp_bench_$best.log"
 fi
+step gpu_matmul 25 python3 -m pytest -q -m gpu -p no:cacheprovider \
+  packages/ds41-runner/tests/test_ops_linear.py
+tail -2 "$OUT/gpu_matmul.log"
+echo "total: $(( $(date +%s) - start )) s"
+python3 - "$OUT" "$FINAL" <<'EOF'
+import json, pathlib, sys
+parts, final = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+merged = {}
+for p in sorted(parts.glob("*.json")):
+    try:
+        merged[p.stem] = json.loads(p.read_text())
+    except ValueError as exc:
+        merged[p.stem] = f"unreadable: {exc}"
+(final / "tp_results.json").write_text(json.dumps(merged, indent=1))
+logs = sorted(parts.glob("*.log")) + sorted(parts.glob("*.txt"))
+(final / "tp_all.log").write_text("".join(f"===== {p.name}\n{p.read_text()}\n" for p in logs))
+EOF
+[ "${TP_KEEP_PARTS:-0}" = 1 ] || rm -rf "$OUT"

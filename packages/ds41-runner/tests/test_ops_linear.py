@@ -118,6 +118,12 @@ def test_plan_depends_on_the_weight_only():
     # Only the launch's parallelism looks at M.
     p = plan_matmul(256, 1024)
     assert p.n_segs == 8 and p.split(1) and p.split(64) and not p.split(64 * 40)
+    # Large weights split at decode sizes even with two segments (flash_wide's w1 and its TP=2
+    # shard plan); a small one with two segments never does.
+    assert plan_matmul(12288, 5120).n_segs == 2 and plan_matmul(12288, 5120).split(64)
+    assert not plan_matmul(12288, 5120).split(128)  # 384 tiles
+    assert plan_matmul(5120, 8192).split(64) and not plan_matmul(5120, 8192).split(1024)
+    assert not plan_matmul(2048, 1024, 4).split(64)  # 2 segments, 8M elements
     with pytest.raises(ValueError, match="positive"):
         plan_matmul(0, 64)
 

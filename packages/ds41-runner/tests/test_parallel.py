@@ -17,7 +17,12 @@ import torch
 import torch.distributed as dist
 
 import ds41_runner
-from ds41_runner.ops.linear import linear, linear_partials, reduce_linear_partials
+from ds41_runner.ops.linear import (
+    linear,
+    linear_chain,
+    linear_partials,
+    reduce_linear_partials,
+)
 
 
 def _env() -> dict[str, str]:
@@ -41,8 +46,9 @@ def test_tp2_gloo_is_bitwise_tp1(tmp_path: Path) -> None:
     mode=fast at TP=2 runs (and may differ)."""
     out = tmp_path / "result.json"
     proc = _torchrun(
+        # mlp_hidden 256: w2's K has 4 CPU segments, so the TP=2 ranks exchange half totals.
         ["-m", "ds41_runner.parallel.check", "--out", str(out), "--fast", "--",
-         "model=tiny", "workload=tiny", "device=cpu"],
+         "model=tiny", "model.mlp_hidden=256", "workload=tiny", "device=cpu"],
         timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -57,6 +63,37 @@ def test_tp2_gloo_is_bitwise_tp1(tmp_path: Path) -> None:
     assert bi["tp1_invariance"]["passed"]
     assert res["fast"]["ran"]  # allowed to differ from TP=1 (all_reduce, torch matmuls)
     assert (tmp_path / "tp2_auto" / "report.json").is_file()  # rank 0 wrote the report
+
+
+def test_tp_bench_cpu_smoke(tmp_path: Path) -> None:
+    """`ds41_runner.tp_bench` under torchrun on gloo (tiny model, eager): both TP degrees time
+    a decode and a prefill step, and TP=2 records its communication."""
+    out = tmp_path / "bench.json"
+    proc = _torchrun(
+        ["-m", "ds41_runner.tp_bench", "--model", "tiny", "--batch", "2", "--context", "16",
+         "--prefill", "8", "--iters", "1", "--json", str(out)],
+        timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [r["tp"] for r in res["runs"]] == [1, 2]
+    for r in res["runs"]:
+        for kind in ("decode", "prefill"):
+            assert r[kind]["ms"] > 0 and r[kind]["how"] == "eager"
+            assert (r["tp"] == 2) == ("comm_ms" in r[kind])
+    assert "| decode | 2 |" in proc.stdout
+
+
+def test_worker_ranks_leave_no_hydra_folders(tmp_path: Path) -> None:
+    """A rank other than 0 sends Hydra's output folders to its scratch folder (removed at
+    exit); rank 0 and a run without a launcher keep Hydra's defaults."""
+    from ds41_runner.app import worker_rank_overrides
+
+    scratch = str(tmp_path / "scratch")
+    assert worker_rank_overrides({}, scratch) == []
+    assert worker_rank_overrides({"RANK": "0"}, scratch) == []
+    got = worker_rank_overrides({"RANK": "1"}, scratch)
+    assert f"hydra.run.dir={scratch}" in got and "hydra.output_subdir=null" in got
 
 
 def test_dead_rank_fails_fast() -> None:
@@ -175,3 +212,57 @@ def test_triton_shards_match_the_full_weight() -> None:
     assert torch.equal(got, full)
     col = linear(x, w[32:], backend="triton", plan_shape=(n, k, 1))
     assert torch.equal(col, full[:, 32:])
+
+
+def _halves_case(k: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(5, k, generator=g) * 3).to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(torch.bfloat16)
+    return x, w
+
+
+def _check_half_totals(x: torch.Tensor, w: torch.Tensor, backend: str) -> None:
+    """The TP=2 exchange of half totals (each rank's `linear_chain`, then the two added) ==
+    the one-process `linear`, in fp32 and bf16; every segment gathered == the same; one
+    ascending chain over all segments is a different sum (the halves are in effect)."""
+    n, k = w.shape
+    h = k // 2
+    shard = [(x[:, i * h : (i + 1) * h], w[:, i * h : (i + 1) * h]) for i in range(2)]
+    own = [linear_chain(a, b, plan_shape=(n, k, 1), backend=backend) for a, b in shard]
+    parts = torch.cat(
+        [linear_partials(a, b, plan_shape=(n, k, 1), backend=backend) for a, b in shard]
+    )
+    assert parts.shape[0] >= 4
+    for dtype in (torch.float32, torch.bfloat16):
+        full = linear(x, w, backend=backend, out_dtype=dtype)
+        got = reduce_linear_partials(torch.stack(own), dtype, backend=backend, half=2)
+        assert torch.equal(got, full)
+        assert torch.equal(reduce_linear_partials(parts, dtype, backend=backend), full)
+        assert torch.equal(linear(x[2:3], w, backend=backend, out_dtype=dtype), full[2:3])
+    chain = reduce_linear_partials(parts, torch.float32, backend=backend, half=parts.shape[0])
+    assert not torch.equal(chain, linear(x, w, backend=backend, out_dtype=torch.float32))
+
+
+def test_half_totals_cpu() -> None:
+    """K = 256: four 64-channel CPU segments, two per rank."""
+    _check_half_totals(*_halves_case(256, 40, seed=21), backend="torch")
+
+
+@pytest.mark.interpreter
+def test_half_totals_triton() -> None:
+    """K = 512 against N = 64: a plan of 4 segments of 2 K tiles; the one-process launch in
+    one program and split (same bits) both add the halves apart."""
+    from ds41_runner.ops.matmul.plan import plan_matmul
+    from ds41_runner.ops.matmul.triton_kernels import launch_matmul
+
+    x, w = _halves_case(512, 64, seed=22)
+    plan = plan_matmul(64, 512)
+    assert (plan.n_segs, plan.half) == (4, 2)
+    _check_half_totals(x, w, backend="triton")
+    outs = []
+    for split in (False, True):
+        out = torch.full((5, 64), float("nan"))
+        outs.append(launch_matmul(x.unsqueeze(1), w.unsqueeze(0), out, plan, upcast=True,
+                                  ieee_fp32=True, split=split))  # fmt: skip
+    assert torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[0], linear(x, w, backend="triton", out_dtype=torch.float32))

@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -402,17 +403,32 @@ def _label_jobs(jobs: list[tuple[list[str], dict[str, Any]]]) -> list[tuple[str,
     return [(" ".join(o for o in ov if o not in common) or "(defaults)", r) for ov, r in jobs]
 
 
+def worker_rank_overrides(env: dict[str, str], scratch: str) -> list[str]:
+    """Hydra overrides for a process that is not rank 0 of a launcher (torchrun sets RANK):
+    its Hydra output folders (`.hydra/`, the job log) go to `scratch`, a private folder that
+    `main` removes, so only rank 0's run appears under `outputs/` (or `multirun/`)."""
+    if env.get("RANK", "0") in ("", "0"):
+        return []
+    return [f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null"]
+
+
 def main() -> None:
     """Console entry point: Hydra CLI; exit status 1 if a config was rejected or a mode=bi
     invariance check failed. A `-m` sweep ends with a summary across its jobs."""
     _SESSION.failed.clear()
     _SESSION.jobs.clear()
     _SESSION.sweep_dir = None
+    scratch = None
+    if os.environ.get("RANK", "0") not in ("", "0"):
+        scratch = tempfile.mkdtemp(prefix=f"ds41_rank{os.environ['RANK']}_")
+        sys.argv.extend(worker_rank_overrides(dict(os.environ), scratch))
     try:
         _hydra_main()
     finally:
         from .parallel import shutdown
 
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         shutdown()
     if _SESSION.sweep_dir is not None and _SESSION.jobs:
         console = Console()

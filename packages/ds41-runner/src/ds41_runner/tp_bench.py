@@ -166,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--timeout-s", type=float, default=240.0)
     p.add_argument("--json", default=None)
+    p.add_argument(
+        "--skip-tp1",
+        action="store_true",
+        help="time TP=N only (e.g. a second run under other NCCL settings)",
+    )
     args = p.parse_args(argv)
 
     from .parallel.dist import init_tensor_parallel, shutdown
@@ -181,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ModelConfig.preset(args.model)
     res: dict[str, Any] = {"model": args.model, "mode": args.mode, "kv_dtype": args.kv_dtype,
                            "batch": args.batch, "context": args.context,
-                           "prefill_rows": args.prefill, "runs": []}  # fmt: skip
+                           "prefill_rows": args.prefill, "runs": [],
+                           "nccl_proto": os.environ.get("NCCL_PROTO", "(default)")}  # fmt: skip
     try:
-        if rank == 0:
+        if rank == 0 and not args.skip_tp1:
             w = init_weights(cfg, device, draw_device=device)
             one = Model(cfg, mode=args.mode, backend=backend, device=device, weights=w)
             del w

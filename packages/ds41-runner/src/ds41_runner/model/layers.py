@@ -11,6 +11,7 @@ from ds41_cache.paged import lookup_slots
 
 from ..ops.linear import grouped_linear, linear
 from ..ops.norm import rmsnorm
+from ..ops.rope import rope_, step_cos_sin
 from .config import LayerPlan, ModelConfig
 from .kv import KVState
 from .weights import LayerWeights
@@ -31,6 +32,14 @@ class StepContext:
     candidates: torch.Tensor | None = None
     """The candidate source's entry mask (bool [T, N]) once published."""
     capture: dict[str, Any] | None = None
+    rope_tables: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    """RoPE frequency class -> the step's (cos, sin) f32 [T, R/2], computed once per step."""
+
+    def cos_sin(self, key: int, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's RoPE tables for frequency class `key` (`Runtime.freqs[key]`)."""
+        if key not in self.rope_tables:
+            self.rope_tables[key] = step_cos_sin(self.pos, freqs)
+        return self.rope_tables[key]
 
 
 @dataclass
@@ -78,7 +87,6 @@ def attention_block(
     """`x: bf16 [T, hidden]` (already normed) -> bf16 `[T, hidden]` attention output."""
     from ds41_cache.indices import sparse_paged_indices
     from ds41_cache.insert import insert
-    from ds41_cache.rope import apply_rope
 
     t = x.shape[0]
     h, d = cfg.heads, cfg.head_dim
@@ -86,11 +94,12 @@ def attention_block(
     kv = ctx.kv
     layer = plan.layer
     freqs = rt.freqs[min(plan.ratio, 1)]
+    cos, sin = ctx.cos_sin(min(plan.ratio, 1), freqs)
     ps = kv.page_size
 
     qr = rt.norm(rt.lin(x, lw.wq_a), lw.q_norm, eps)
-    q = rt.lin(qr, lw.wq_b).view(t, h, d)
-    q = apply_rope(q, ctx.pos, freqs)
+    # The projection's fresh output is rotated in place (bitwise `apply_rope`, ops/rope.py).
+    q = rope_(rt.lin(qr, lw.wq_b).view(t, h, d), cos, sin)
     latent_kv = rt.norm(rt.lin(x, lw.wkv), lw.kv_norm, eps)
     insert(
         kv.window[layer], latent_kv, ctx.window_slots, positions=ctx.pos, freqs=freqs,
@@ -129,7 +138,8 @@ def attention_block(
         ctx.capture[f"lse{layer}"] = lse
         if topk is not None:
             ctx.capture[f"topk{layer}"] = topk
-    out = apply_rope(out, ctx.pos, freqs, inverse=True)
+    # In place on the attention output, unless a test captured it above.
+    out = rope_(out if ctx.capture is None else out.clone(), cos, sin, inverse=True)
     g = cfg.o_groups
     grouped = out.reshape(t, g, (h * d) // g)
     return rt.lin(rt.grouped_lin(grouped, lw.wo_a), lw.wo_b)

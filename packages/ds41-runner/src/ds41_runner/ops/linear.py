@@ -11,7 +11,7 @@ from ds41_cache.backend import interpreter_active, resolve_backend
 from ds41_cache.outputs import empty
 
 from .matmul.naive import cpu_segment_len, reduce_partials, rowwise_matmul, rowwise_partials
-from .matmul.plan import BLOCK_N, MatmulPlan, plan_matmul
+from .matmul.plan import BLOCK_N, MatmulPlan, half_split, plan_matmul
 
 Mode = Literal["bi", "fast"]
 MODES: tuple[str, ...] = ("bi", "fast")
@@ -108,7 +108,7 @@ def linear_partials(
     chain of each K segment the shard holds, in order.
 
     `plan_shape = (n, k, 1)` names the full weight; the shard must start and end on its
-    segment boundaries (`segment_len`). Adding the segments of all shards in order with
+    segment boundaries (`segment_len`). Adding the segments of all shards with
     `reduce_linear_partials` gives `linear(x_full, w_full)` bitwise.
     """
     _check_operands(x, w, 2)
@@ -128,17 +128,73 @@ def linear_partials(
     return launch_partials(x.unsqueeze(1), w.unsqueeze(0), plan, upcast=interp, ieee_fp32=ieee)
 
 
-def reduce_linear_partials(
-    parts: torch.Tensor, out_dtype: torch.dtype, *, backend: str = "auto"
+def linear_chain(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    *,
+    plan_shape: tuple[int, int, int],
+    fp32: bool = False,
+    backend: str = "auto",
 ) -> torch.Tensor:
-    """f32 `[S, M, N]` segment chains -> `[M, N]` in `out_dtype`, added in segment order from
-    a zero total (the single-process matmul's last step)."""
+    """Mode "bi" K-shard product: `x: [M, Ks]`, `w: [N, Ks]` -> f32 `[M, N]`, the chains of
+    the K segments the shard holds (segments of the full weight `plan_shape = (n, k, 1)`)
+    added in order to a zero total, in one launch. When the shard is one half of the full
+    plan (`half_split`), this is that half's total, bitwise `reduce_linear_partials(
+    linear_partials(...), float32, half=S)`."""
+    _check_operands(x, w, 2)
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"w must be [N, {x.shape[1]}] to match x's K, got {list(w.shape)}")
+    if fp32:
+        x, w = x.to(torch.float32), w.to(torch.float32)
+    if resolve_backend(backend, x.device) == "torch":
+        parts = rowwise_partials(x, w, cpu_segment_len(plan_shape[1]))
+        return reduce_partials(parts, torch.float32, parts.shape[0])
+    from .matmul.plan import BLOCK_K
+    from .matmul.triton_kernels import launch_matmul
+
+    interp = interpreter_active()
+    if x.dtype != w.dtype:
+        x, w = x.to(torch.float32), w.to(torch.float32)
+    m, ks = x.shape
+    n = w.shape[0]
+    full = plan_matmul(*plan_shape)
+    k_tiles = -(-ks // BLOCK_K)
+    plan = dataclasses.replace(
+        full, n=n, k=ks, groups=1, n_tiles=-(-n // BLOCK_N), k_tiles=k_tiles,
+        n_segs=-(-k_tiles // full.seg_tiles), halves=False,
+    )  # fmt: skip
+    out = empty((m, n), torch.float32, x.device)
+    if m == 0 or n == 0:
+        return out
+    ieee = x.dtype == torch.float32 or interp
+    return launch_matmul(x.unsqueeze(1), w.unsqueeze(0), out, plan, upcast=interp, ieee_fp32=ieee)
+
+
+def segment_count(n: int, k: int, groups: int, backend: str) -> int:
+    """K segments of a `[groups, n, k]` weight's plan on `backend` ("torch" or "triton")."""
+    if backend == "torch":
+        return -(-k // cpu_segment_len(k))
+    return plan_matmul(n, k, groups).n_segs
+
+
+def reduce_linear_partials(
+    parts: torch.Tensor,
+    out_dtype: torch.dtype,
+    *,
+    backend: str = "auto",
+    half: int | None = None,
+) -> torch.Tensor:
+    """f32 `[S, M, N]` segment chains -> `[M, N]` in `out_dtype`: the chains `[0, half)` and
+    `[half, S)` each added in order to a zero total, then the two totals (the single-process
+    matmul's last step). `half` defaults to the plan's `half_split(S)`; `half >= S` gives one
+    ascending chain (a rank's own half, or two half totals)."""
+    h = half_split(parts.shape[0]) if half is None else half
     if resolve_backend(backend, parts.device) == "torch":
-        return reduce_partials(parts, out_dtype)
+        return reduce_partials(parts, out_dtype, h)
     from .matmul.triton_kernels import launch_reduce
 
     out = empty(tuple(parts.shape[1:]), out_dtype, parts.device)
-    return launch_reduce(parts.contiguous(), out)
+    return launch_reduce(parts.contiguous(), out, h)
 
 
 def segment_len(n: int, k: int, groups: int, backend: str) -> int:

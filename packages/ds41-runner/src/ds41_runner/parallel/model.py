@@ -1,9 +1,12 @@
 """The tensor-parallel model: one rank's shard of `Model` (see `shard` for the split).
 
-Mode "bi" makes no `all_reduce`. A row-parallel product (`wo_b`, `w2`) returns the fp32 chain
-of each K segment the rank holds (whole segments of the single-process plan); the ranks
-all-gather them and every rank adds all segments in segment order, which is the operation
-sequence of the single-process matmul, so its bits. Column-parallel products use the full
+Mode "bi" makes no `all_reduce`. A row-parallel product (`wo_b`, `w2`) computes the fp32 chain
+of each K segment the rank holds (whole segments of the single-process plan). The plan adds
+the segments in two halves of K (`matmul.plan.half_split`); at TP=2 each rank holds one half,
+adds its own segments in the same launch (`linear_chain`) and the ranks all-gather one fp32
+partial each, then add the two; at other degrees (or with fewer than 4 segments) the ranks
+all-gather every segment's chain and add them in the plan's order. Either way these are the
+operations of the single-process matmul, so its bits. Column-parallel products use the full
 weight's plan. The embedding is a gathered lookup (each token's row comes from its owner,
 copied), the LM head's logits are gathered before the log-softmax, and attention runs on the
 rank's heads (with their sinks) over the replicated latent caches. Mode "fast" adds the
@@ -27,7 +30,15 @@ from ..model.config import ModelConfig
 from ..model.layers import Runtime
 from ..model.model import Model
 from ..model.weights import ModelWeights, init_weights
-from ..ops.linear import grouped_linear, linear, linear_partials, reduce_linear_partials
+from ..ops.linear import (
+    grouped_linear,
+    linear,
+    linear_chain,
+    linear_partials,
+    reduce_linear_partials,
+    segment_count,
+)
+from ..ops.matmul.plan import half_split
 from .checks import check_split
 from .dist import TPGroup
 from .shard import ShardSpec, shard_weights
@@ -70,9 +81,19 @@ class TPRuntime(Runtime):
             wide = dtype if self.group.backend == "nccl" else torch.float32
             y = linear(x, w, mode="fast", backend=self.backend, out_dtype=wide, fp32=fp32)
             return self.group.all_reduce_sum(y).to(dtype)
-        parts = linear_partials(x, w, plan_shape=spec.full, fp32=fp32, backend=self.backend)
+        be = self.backend
+        tp = self.group.size
+        n_segs = segment_count(*spec.full, "triton" if be == "triton" else "torch")
+        if tp == 2 and n_segs >= 2 and half_split(n_segs) * 2 == n_segs:
+            # The plan adds K's two halves apart and each rank holds one: one launch adds the
+            # rank's own segments, the ranks exchange that one partial, and the two half
+            # totals are added in order (half the bytes of exchanging every segment).
+            own = linear_chain(x, w, plan_shape=spec.full, fp32=fp32, backend=be)
+            halves = self.group.all_gather(own)  # [2, M, N]
+            return reduce_linear_partials(halves, dtype, backend=be, half=2)
+        parts = linear_partials(x, w, plan_shape=spec.full, fp32=fp32, backend=be)
         gathered = self.group.all_gather(parts)  # [tp, S/tp, M, N]: segment order
-        return reduce_linear_partials(gathered.flatten(0, 1), dtype, backend=self.backend)
+        return reduce_linear_partials(gathered.flatten(0, 1), dtype, backend=be)
 
 
 class _HeadShard:

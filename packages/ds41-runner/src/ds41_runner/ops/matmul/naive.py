@@ -10,10 +10,11 @@ the CPU model.)
 K is cut into segments of `cpu_segment_len(K)` channels (64, 32 or 16: the longest that cuts K
 into an even number of segments; 16 with a shorter last segment when K is not a multiple of
 16): each segment is summed on its own, `[N, S, L].sum(-1)` per row, and the segments are
-added in ascending order to a zero fp32 total, the structure of the Triton kernel's plan.
+added as the Triton kernel's plan adds them (`plan.half_split`: in ascending order within
+two halves, each to a zero fp32 total, then the two totals).
 A tensor-parallel rank that holds whole segments of K computes exactly its part of that
 sum (`rowwise_partials` with the full K's segment length); the ranks' partials added in
-segment order (`reduce_partials`) give the single-process bits.
+that order (`reduce_partials`) give the single-process bits.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from __future__ import annotations
 import torch
 
 from ds41_cache.outputs import empty
+
+from .plan import half_split
 
 CPU_SEG = 16
 """The shortest segment of the CPU path (channels)."""
@@ -60,18 +63,31 @@ def rowwise_partials(x: torch.Tensor, w: torch.Tensor, seg: int | None = None) -
     return out.permute(2, 0, 1)
 
 
-def reduce_partials(parts: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """f32 `[S, M, N]` -> `[M, N]` in `out_dtype`: `((0 + p[0]) + p[1]) + ...` (elementwise
-    adds in segment order, so a row's bits do not depend on M)."""
-    total = torch.zeros(parts.shape[1:], dtype=torch.float32, device=parts.device)
-    for s in range(parts.shape[0]):
-        total = total + parts[s]
+def reduce_partials(
+    parts: torch.Tensor, out_dtype: torch.dtype, half: int | None = None
+) -> torch.Tensor:
+    """f32 `[S, M, N]` -> `[M, N]` in `out_dtype`: `((0 + p[0]) + p[1]) + ... + p[half-1]`,
+    the same for `p[half:]`, then the two totals added (one chain when `half >= S`).
+    `half` defaults to `half_split(S)`. Elementwise adds in a fixed order, so a row's bits do
+    not depend on M."""
+    s_all = parts.shape[0]
+    h = half_split(s_all) if half is None else half
+
+    def chain(lo: int, hi: int) -> torch.Tensor:
+        total = torch.zeros(parts.shape[1:], dtype=torch.float32, device=parts.device)
+        for s in range(lo, hi):
+            total = total + parts[s]
+        return total
+
+    total = chain(0, min(h, s_all))
+    if h < s_all:
+        total = total + chain(h, s_all)
     return total.to(out_dtype)
 
 
 def rowwise_matmul(x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     """`x: [M, K]`, `w: [N, K]` (any float dtypes) -> `[M, N]` in `out_dtype` (fp32 segment
-    sums added in order, see the module doc)."""
+    sums added in the plan's order, see the module doc)."""
     return reduce_partials(rowwise_partials(x, w), out_dtype)
 
 

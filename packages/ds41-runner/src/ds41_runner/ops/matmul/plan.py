@@ -2,11 +2,15 @@
 
 Every output element `out[m, n] = sum_k x[m, k] w[n, k]` is reduced the same way whatever the
 row count: K is cut into `n_segs` segments of `seg_tiles` BLOCK_K-wide tiles; each segment is
-an fp32 chain of tensor-core dot steps starting from zero, and the segments are added in
-ascending order to a zero fp32 total. A launch may run a row block's segments one after the
-other in one program, or one segment per program with a fixed-order reduction afterwards
-(`split`); both perform the same fp32 operations in the same order, so the bits are equal
-(tested). Only that choice of parallelism looks at M; the arithmetic is fixed by (N, K).
+an fp32 chain of tensor-core dot steps starting from zero. The segments are added in two
+halves (`half_split`): the first `half` segments in ascending order to a zero fp32 total, the
+others likewise to a second zero total, and the two totals are added last (with fewer than 4
+segments there is one half, so this is the plain ascending sum). A tensor-parallel rank that
+holds one half of K adds its own segments and sends one partial instead of one per segment.
+A launch may run a row block's segments one after the other in one program, or one segment per
+program with a fixed-order reduction afterwards (`split`); both perform the same fp32
+operations in the same order, so the bits are equal (tested). Only that choice of parallelism
+looks at M; the arithmetic is fixed by (N, K).
 
 Why segments at all: at decode sizes (M <= 64) one program per 64-column tile leaves most of
 the GPU idle for narrow weights (a [256, 4096] weight is 4 programs, each a 64-step chain).
@@ -36,6 +40,23 @@ SPLIT_BELOW_PROGRAMS = 66
 more than the parallelism gains)."""
 SPLIT_MIN_SEGS = 3
 """Two segments never paid for the reduction launch in the same measurements."""
+LARGE_WEIGHT_ELEMENTS = 16 * 2**20
+"""From this size on (32 MiB of bf16: flash_wide's projections and their TP=2 shards; no
+flash_mini weight) a launch of fewer than LARGE_SPLIT_BELOW_PROGRAMS output tiles runs its
+segments in parallel even with two segments: measured on the H200 at 64 rows (CUDA graphs,
+`scripts/tp_comm_matmul.py`), split vs one program per tile: [5120, 8192] (4 segments, 80
+tiles) 30.0 vs 55.8 us, [12288, 5120] (2, 192) 40.2 vs 45.8, the TP=2 shards [5120, 6144]
+(2, 80) 31.0 vs 43.2, [6144, 5120] (2, 96) 28.3 vs 37.4, 4 x [1024, 4096] (2, 64) 15.0 vs
+15.8: one program per tile leaves SMs idle or in a short second wave while a large weight
+streams."""
+LARGE_SPLIT_BELOW_PROGRAMS = 200
+"""Output tiles below which a large weight's launch splits (the measured cases had <= 192)."""
+
+
+def half_split(n_segs: int) -> int:
+    """Segments in the first half of the two-level segment sum: `ceil(n_segs / 2)` from 4
+    segments on, else `n_segs` (one chain). A function of the segment count alone."""
+    return -(-n_segs // 2) if n_segs >= 4 else n_segs
 
 
 @dataclass(frozen=True)
@@ -50,12 +71,24 @@ class MatmulPlan:
     k_tiles: int
     seg_tiles: int
     n_segs: int
+    halves: bool = True
+    """False: the segments form one ascending chain (a tensor-parallel rank's own half of a
+    larger weight's K, `linear.linear_chain`); True: the two halves of `half_split`."""
+
+    @property
+    def half(self) -> int:
+        """Segments in the first half of the segment sum (`half_split`; all when not halves)."""
+        return half_split(self.n_segs) if self.halves else self.n_segs
 
     def split(self, m: int) -> bool:
-        """Whether a launch over `m` rows runs its segments in parallel (speed only)."""
+        """Whether a launch over `m` rows runs its segments in parallel (speed only: the
+        bits are the same either way)."""
         m_tiles = -(-m // BLOCK_M)
         tiles = m_tiles * self.groups * self.n_tiles
-        return self.n_segs >= SPLIT_MIN_SEGS and tiles < SPLIT_BELOW_PROGRAMS
+        if self.n_segs >= SPLIT_MIN_SEGS and tiles < SPLIT_BELOW_PROGRAMS:
+            return True
+        large = self.groups * self.n * self.k >= LARGE_WEIGHT_ELEMENTS
+        return large and self.n_segs >= 2 and tiles < LARGE_SPLIT_BELOW_PROGRAMS
 
 
 @cache

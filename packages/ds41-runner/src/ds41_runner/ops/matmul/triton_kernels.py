@@ -6,7 +6,8 @@ segment and tile counts are constexprs (one compile per weight shape; loops over
 bound fail under the CPU interpreter). `SPLIT=False`: one program runs all segments of its
 tile, adding each segment's chain to its total as the segment ends; `SPLIT=True`: program z
 runs segment z and stores its fp32 chain, and `reduce_segments_kernel` adds the chains in
-ascending order. Same operations in the same order, so the same bits.
+the plan's order (ascending within two halves, then the two totals: `plan.half_split`). Same
+operations in the same order, so the same bits.
 """
 
 import torch
@@ -28,7 +29,7 @@ def matmul_kernel(
     stride_xm, stride_xg, stride_xk, stride_wg, stride_wn, stride_wk, stride_om, stride_on,
     stride_ws,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SEG_TILES: tl.constexpr, N_ITER: tl.constexpr, SPLIT: tl.constexpr,
+    SEG_TILES: tl.constexpr, N_ITER: tl.constexpr, SPLIT: tl.constexpr, HALF_ITER: tl.constexpr,
     UPCAST: tl.constexpr, IEEE_FP32: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
@@ -49,6 +50,9 @@ def matmul_kernel(
     first = tl.program_id(2) * SEG_TILES
     total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # HALF_ITER > 0 (one program, two halves): the first half's total is set aside at tile
+    # HALF_ITER and the second half restarts from zero; the two are added at the end.
+    first_half = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # One flat loop (a loop per segment would restart the software pipeline every segment);
     # the accumulator is folded into the total and restarted from zero at segment ends, the
     # pattern Triton's persistent matmuls use, which it keeps pipelined.
@@ -79,6 +83,11 @@ def matmul_kernel(
         if i % SEG_TILES == SEG_TILES - 1:
             total += acc
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            if i == HALF_ITER - 1:  # never true when HALF_ITER == 0
+                first_half = total
+                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if HALF_ITER > 0:
+        total = first_half + total
     if SPLIT:
         # The workspace is [segments, M, NCOLS] fp32, contiguous.
         tl.store(
@@ -97,14 +106,20 @@ def matmul_kernel(
 @triton.jit(do_not_specialize=["M"])
 def reduce_segments_kernel(
     ws_ptr, out_ptr, M, NCOLS, stride_ws, stride_om, stride_on,
-    N_SEGS: tl.constexpr, BLOCK: tl.constexpr,
+    N_SEGS: tl.constexpr, HALF: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    """`out[m, c] = ((0 + ws[0, m, c]) + ws[1, m, c]) + ...` in segment order."""
+    """`out[m, c] = ((0 + ws[0, m, c]) + ws[1, m, c]) + ... + ws[HALF - 1, m, c]`, plus the
+    same chain over segments HALF..N_SEGS-1 when HALF < N_SEGS."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < M * NCOLS
     total = tl.zeros((BLOCK,), dtype=tl.float32)
-    for seg in range(0, N_SEGS):
+    for seg in range(0, HALF):
         total += tl.load(ws_ptr + seg * stride_ws + offs, mask=ok, other=0.0)
+    if HALF < N_SEGS:
+        second = tl.zeros((BLOCK,), dtype=tl.float32)
+        for seg in range(HALF, N_SEGS):
+            second += tl.load(ws_ptr + seg * stride_ws + offs, mask=ok, other=0.0)
+        total = total + second
     m = offs // NCOLS
     c = offs % NCOLS
     tl.store(out_ptr + m * stride_om + c * stride_on, total.to(out_ptr.dtype.element_ty), mask=ok)
@@ -137,12 +152,13 @@ def launch_matmul(
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
         SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles * (1 if do_split else plan.n_segs),
         SPLIT=do_split,
+        HALF_ITER=0 if do_split or plan.half >= plan.n_segs else plan.half * plan.seg_tiles,
         UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )  # fmt: skip
     if do_split:
         reduce_segments_kernel[(triton.cdiv(m * ncols, REDUCE_BLOCK),)](
             ws, out, m, ncols, m * ncols, out.stride(0), out.stride(1),
-            N_SEGS=plan.n_segs, BLOCK=REDUCE_BLOCK, num_warps=4,
+            N_SEGS=plan.n_segs, HALF=plan.half, BLOCK=REDUCE_BLOCK, num_warps=4,
         )  # fmt: skip
     return out
 
@@ -178,15 +194,16 @@ def launch_partials(
         x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
         ws.stride(1), ws.stride(2), m * ncols,
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-        SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles, SPLIT=True,
+        SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles, SPLIT=True, HALF_ITER=0,
         UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )  # fmt: skip
     return ws
 
 
-def launch_reduce(ws: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """`ws: f32 [S, M, C]` (contiguous) -> `out: [M, C]`, the segments added in order (the
-    split launch's reduction)."""
+def launch_reduce(ws: torch.Tensor, out: torch.Tensor, half: int) -> torch.Tensor:
+    """`ws: f32 [S, M, C]` (contiguous) -> `out: [M, C]`, the segments added as the split
+    launch's reduction adds them: in order within `[0, half)` and `[half, S)`, then the two
+    totals (`half >= S`: one chain)."""
     s, m, ncols = ws.shape
     if m * ncols == 0:
         return out
@@ -194,6 +211,6 @@ def launch_reduce(ws: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         return out.zero_()
     reduce_segments_kernel[(triton.cdiv(m * ncols, REDUCE_BLOCK),)](
         ws, out, m, ncols, m * ncols, out.stride(0), out.stride(1),
-        N_SEGS=s, BLOCK=REDUCE_BLOCK, num_warps=4,
+        N_SEGS=s, HALF=min(half, s), BLOCK=REDUCE_BLOCK, num_warps=4,
     )  # fmt: skip
     return out
