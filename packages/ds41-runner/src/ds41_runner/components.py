@@ -58,7 +58,10 @@ class AttentionImpl:
 
 
 class InvariantTritonAttention(AttentionImpl):
-    """One launch for every row, fixed key order, no split over keys (SPEC section 8)."""
+    """One launch for every row, fixed key order, no split over keys (SPEC section 8).
+
+    `backend="triton"` means ds41-attention's GPU kernels: the Gluon kernel on sm_90 with
+    D = 512, the portable Triton kernel elsewhere (the name is kept for configs and reports)."""
 
     batch_invariant = True
     name = "triton_invariant"
@@ -67,7 +70,10 @@ class InvariantTritonAttention(AttentionImpl):
 
 
 class SplitKVTritonAttention(AttentionImpl):
-    """Split-KV plan chosen from the batch shape + combine: fast, not batch invariant."""
+    """Split-KV plan chosen from the batch shape + combine: fast, not batch invariant.
+
+    On sm_90 with D = 512 this is the Gluon split path (contiguous tile slices + combine),
+    elsewhere the Triton split kernel; see `InvariantTritonAttention` for the name."""
 
     batch_invariant = False
     name = "triton_split_kv"
