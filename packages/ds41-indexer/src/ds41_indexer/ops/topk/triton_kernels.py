@@ -8,16 +8,26 @@ and upper bound of the answer differ), takes every key above it and the keys equ
 entry order until k (the "ties to the lower entry index" rule), and compacts the winners with a
 prefix sum, so they stay in ascending entry order. No sort of the row.
 
-A row of at most `CHUNK` entries is one program's set (`_select_from_scores_kernel`). Longer
-rows take two passes. The first gives the largest key of every GROUP consecutive entries (the
-logits kernel writes these group maxima itself when fused; `_group_max_kernel` otherwise). The
-second (`_group_select_kernel`, one program per row) takes tau = the k-th largest group maximum
-(of buckets of consecutive groups when a row has many), a lower bound of the row's k-th largest
-key: only groups whose maximum is >= tau can hold a winner, and only their entries >= tau are
-gathered (typically ~k groups and ~k entries), then selected exactly. The result depends on the
-row alone: every step is exact under one total order. (A radix select, four 8-bit
-`tl.histogram` passes per chunk, was measured slower than the bitwise search on the H200: see
-`scripts/radix_select.py`.)
+A row of at most `CHUNK` entries is one program's set (`_select_row_kernel`). Longer rows start
+from the largest key of every GROUP consecutive entries (the logits kernel writes these group
+maxima itself when fused; `_group_max_kernel` otherwise). tau = the k-th largest group maximum
+(of buckets of consecutive groups when a row has many; its low TAU_LOW bits cleared) is a lower
+bound of the row's k-th largest key: only groups whose maximum is >= tau can hold a winner, and
+only their entries >= tau are gathered (typically ~k groups and ~k entries), then selected
+exactly. Two ways to run that:
+
+- the group selector (`_group_select_kernel`): one program per row, segment after segment with
+  a running top-k (the fused call's long rows with many rows in flight);
+- the split selector (`_slice_select_kernel`, then `_merge_slices_kernel`): S programs per row,
+  each one the exact top-k of a slice (one chunk each for rows of at most S chunks, else a run
+  of groups pruned with the row's tau), written as a list of at most k entries; then one
+  program per row selects the top-k of the S lists (read in slice order, so in entry order).
+  A lone long row is then S SMs' work, not one's.
+
+The result depends on the row alone, whatever the strategy (chosen by shapes only): every step
+is exact under one total order, and a winner of the row is a winner of its slice. (A radix
+select, four 8-bit `tl.histogram` passes per chunk, was measured slower than the bitwise search
+on the H200: see `scripts/radix_select.py`.)
 """
 
 from collections.abc import Callable, Sequence
@@ -26,12 +36,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ds41_cache.backend import interpreter_active
-
-SEARCH = tl.constexpr(1)
-JOINT = tl.constexpr(not interpreter_active())
-"""The interpolating search's three reductions as one (the interpreter runs a combine function
-element by element, so it takes the three built-in reductions: the same values)."""
 GROUP = tl.constexpr(64)
 """Entries per group of the first top-k pass (the group maxima, `gmax`)."""
 
@@ -63,10 +67,7 @@ def _select_keys(key, valid, k, lo):
     kk = tl.minimum(n_valid, k)
     hi = tl.max(key, axis=0)
     lo = tl.where(n_valid >= k, tl.minimum(lo, hi), 0).to(tl.uint32)
-    if SEARCH == 1:
-        thr = _threshold_interp(key, valid, kk, n_valid, lo, hi)
-    else:
-        thr = _threshold_in(key, valid, kk, lo, hi, 0)
+    thr = _threshold_in(key, valid, kk, lo, hi, 0)
     gt = valid & (key > thr)
     eq = valid & (key == thr)
     n_gt = tl.sum(gt.to(tl.int32), axis=0)
@@ -248,56 +249,6 @@ def _threshold_in(key, valid, kk, lo, hi, low):
         thr = tl.where(cnt >= kk, cand, thr)
         bit -= 1
     return thr
-
-
-@triton.jit
-def _count_min_max(a_cnt, a_min, a_max, b_cnt, b_min, b_max):
-    return a_cnt + b_cnt, tl.minimum(a_min, b_min), tl.maximum(a_max, b_max)
-
-
-@triton.jit
-def _threshold_interp(key, valid, kk, n_valid, lo, hi):
-    """The kk-th largest valid key (uint32 [C]), known to lie in [lo, hi] with at least kk valid
-    keys >= lo (n_valid of them in all). A bracket [L, H) of the answer (at least kk keys >= L,
-    fewer than kk >= H) shrinks each step by one joint reduction at a probe c: the count of
-    keys >= c, the smallest key >= c (the new L when the count is >= kk) and the largest key
-    < c (plus one: the new H otherwise), so both ends jump over empty key ranges. c is
-    interpolated from the bracket's counts on even steps and is its midpoint on odd steps, so
-    the bracket at least halves every two steps; it ends at H = L + 1, L the answer."""
-    big = tl.full((), 0xFFFFFFFF, tl.uint32)
-    zero = tl.zeros((), tl.uint32)
-    lo64 = lo.to(tl.int64)
-    hi64 = hi.to(tl.int64) + 1
-    c_lo = n_valid
-    c_hi = tl.zeros((), tl.int32)
-    step = 0
-    while (hi64 - lo64 > 1) & (kk > 0):
-        span = hi64 - lo64
-        if step % 2 == 0:
-            frac = (c_lo - kk).to(tl.float32) / tl.maximum(c_lo - c_hi, 1).to(tl.float32)
-            c = lo64 + 1 + (frac * (span - 2).to(tl.float32)).to(tl.int64)
-        else:
-            c = lo64 + span // 2
-        c = tl.minimum(tl.maximum(c, lo64 + 1), hi64 - 1)
-        ge = valid & (key >= c.to(tl.uint32))
-        if JOINT:
-            cnt, mn, mx = tl.reduce(
-                (ge.to(tl.int32), tl.where(ge, key, big), tl.where(valid & ~ge, key, zero)),
-                0,
-                _count_min_max,
-            )
-        else:
-            cnt = tl.sum(ge.to(tl.int32), axis=0)
-            mn = tl.min(tl.where(ge, key, big), axis=0)
-            mx = tl.max(tl.where(valid & ~ge, key, zero), axis=0)
-        if cnt >= kk:
-            lo64 = mn.to(tl.int64)
-            c_lo = cnt
-        else:
-            hi64 = mx.to(tl.int64) + 1
-            c_hi = cnt
-        step += 1
-    return lo64.to(tl.uint32)
 
 
 @triton.jit
@@ -706,8 +657,9 @@ def group_select(
 
 SPLIT_SLICES = 8
 """Most slices (programs) per row of the split selector."""
-SPLIT_MAX_ROWS = 256
-"""Rows up to which a long row (one segment) takes the split selector."""
+SPLIT_MAX_ROWS = 64
+"""Rows up to which a long row (one segment) takes the split selector (not tuned on a device:
+the measured group selector keeps larger batches)."""
 
 
 def use_split(t: int, n: int, chunk: int) -> bool:
