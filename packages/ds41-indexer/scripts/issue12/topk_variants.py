@@ -1,11 +1,11 @@
 """Issue 12, second round: top-k strategies on one H200 in one process, each checked bitwise
 against the torch reference, then timed as CUDA-graph replays (median).
 
-Variants: the threshold search (interpolating bracket `SEARCH=1` with one joint reduction a
-step, vs three reductions `sep`, vs the bitwise search `SEARCH=0`; copies of the module with
-that line changed), the strategy for rows
-past one chunk (`split`: slices + merge; `group`: one program per row), the single-chunk kernel's
-warps at 4K, and the fused call (split vs group) at 1 and 64 rows.
+Variants: the threshold search (the package's bitwise search vs an interpolating bracket, with
+one joint reduction a step `interp` or three `sep`; copies of the module with the search
+swapped in), the strategy for rows past one chunk (`split`: slices + merge; `group`: one
+program per row), the single-chunk kernel's warps at 4K, and the fused call (split vs group)
+at 1 and 64 rows. `--cpu`: an interpreter smoke run of this script (tiny sizes).
 usage: python topk_variants.py [--json OUT] [--contexts ...] [--rows ...] [--iters N]
 """
 
@@ -27,16 +27,86 @@ from ds41_indexer import index_logits, index_topk, paged_index_topk
 from ds41_indexer.bench import DI, HI, RATIO, TOPK, _time, make_cache
 from ds41_indexer.ops.logits.naive import visible_entries
 
+INTERP_SRC = '''
+JOINT = tl.constexpr(JOINT_VALUE)
 
-def variant(name: str, line: str, new: str):
-    """A copy of the top-k module with `line` replaced by `new` (a file: Triton reads kernel
+
+@triton.jit
+def _count_min_max(a_cnt, a_min, a_max, b_cnt, b_min, b_max):
+    return a_cnt + b_cnt, tl.minimum(a_min, b_min), tl.maximum(a_max, b_max)
+
+
+@triton.jit
+def _threshold_interp(key, valid, kk, n_valid, lo, hi):
+    """The kk-th largest valid key (uint32 [C]), known to lie in [lo, hi] with at least kk valid
+    keys >= lo (n_valid of them in all). A bracket [L, H) of the answer (at least kk keys >= L,
+    fewer than kk >= H) shrinks each step by one joint reduction at a probe c: the count of
+    keys >= c, the smallest key >= c (the new L when the count is >= kk) and the largest key
+    < c (plus one: the new H otherwise), so both ends jump over empty key ranges. c is
+    interpolated from the bracket's counts on even steps and is its midpoint on odd steps, so
+    the bracket at least halves every two steps; it ends at H = L + 1, L the answer."""
+    big = tl.full((), 0xFFFFFFFF, tl.uint32)
+    zero = tl.zeros((), tl.uint32)
+    lo64 = lo.to(tl.int64)
+    hi64 = hi.to(tl.int64) + 1
+    c_lo = n_valid
+    c_hi = tl.zeros((), tl.int32)
+    step = 0
+    while (hi64 - lo64 > 1) & (kk > 0):
+        span = hi64 - lo64
+        if step % 2 == 0:
+            frac = (c_lo - kk).to(tl.float32) / tl.maximum(c_lo - c_hi, 1).to(tl.float32)
+            c = lo64 + 1 + (frac * (span - 2).to(tl.float32)).to(tl.int64)
+        else:
+            c = lo64 + span // 2
+        c = tl.minimum(tl.maximum(c, lo64 + 1), hi64 - 1)
+        ge = valid & (key >= c.to(tl.uint32))
+        if JOINT:
+            cnt, mn, mx = tl.reduce(
+                (ge.to(tl.int32), tl.where(ge, key, big), tl.where(valid & ~ge, key, zero)),
+                0,
+                _count_min_max,
+            )
+        else:
+            cnt = tl.sum(ge.to(tl.int32), axis=0)
+            mn = tl.min(tl.where(ge, key, big), axis=0)
+            mx = tl.max(tl.where(valid & ~ge, key, zero), axis=0)
+        if cnt >= kk:
+            lo64 = mn.to(tl.int64)
+            c_lo = cnt
+        else:
+            hi64 = mx.to(tl.int64) + 1
+            c_hi = cnt
+        step += 1
+    return lo64.to(tl.uint32)
+
+
+'''
+"""The interpolating search (not in the package): JOINT = one tuple reduction a step, else three
+built-in reductions (the interpreter's choice: it runs a combine function element by element)."""
+
+SEARCH_CALL = "    thr = _threshold_in(key, valid, kk, lo, hi, 0)\n"
+REGION_DEF = "@triton.jit\ndef _select_region("
+
+
+def interp_edits(joint: bool) -> list[tuple[str, str]]:
+    return [
+        (SEARCH_CALL, "    thr = _threshold_interp(key, valid, kk, n_valid, lo, hi)\n"),
+        (REGION_DEF, INTERP_SRC.replace("JOINT_VALUE", str(joint)) + "\n\n" + REGION_DEF),
+    ]
+
+
+def variant(name: str, edits: list[tuple[str, str]]):
+    """A copy of the top-k module with the edits (old, new) applied (a file: Triton reads kernel
     sources)."""
     with open(tk.__file__) as f:
         src = f.read()
-    assert line in src
+    for old, new in edits:
+        assert src.count(old) == 1, old
+        src = src.replace(old, new)
     path = os.path.join(tempfile.mkdtemp(), f"tk_{name}.py")
     with open(path, "w") as f:
-        f.write(src.replace(line, new))
+        f.write(src)
     spec = importlib.util.spec_from_file_location(f"tk_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
@@ -66,11 +136,9 @@ def main() -> None:
     a = ap.parse_args()
     dev = torch.device("cpu" if a.cpu else "cuda")
     mods = {
-        "interp": tk,
-        "bitwise": variant("bitwise", "SEARCH = tl.constexpr(1)", "SEARCH = tl.constexpr(0)"),
-        "sep": variant(
-            "sep", "JOINT = tl.constexpr(not interpreter_active())", "JOINT = tl.constexpr(False)"
-        ),
+        "bitwise": tk,
+        "interp": variant("interp", interp_edits(not a.cpu)),
+        "sep": variant("sep", interp_edits(False)),
     }
     res: list[dict[str, object]] = []
     bad = 0
@@ -172,7 +240,7 @@ def main() -> None:
                         stage="fused",
                         ctx=ctx,
                         rows=t,
-                        search="interp",
+                        search="bitwise",
                         strat=strat,
                         ms=_time(fn, dev, a.iters),
                         ok=ok,
