@@ -6,9 +6,11 @@ import pytest
 import torch
 from helpers import make_queries, make_scenario, reference_logits, scale_edge_scenario
 
+from ds41_cache.outputs import empty
 from ds41_cache.paged import PagedCache
 from ds41_indexer import candidate_blocks, index_logits, index_topk, paged_index_topk
 from ds41_indexer.ops.logits.naive import visible_entries
+from ds41_indexer.ops.topk.triton_kernels import index_topk_triton
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -136,8 +138,8 @@ def tie_heavy_rows(t: int, n: int, seed: int) -> torch.Tensor:
     [(1, 4096), (7, 5000), (64, 131072), (256, 65536), (2, 1 << 20), (1, (1 << 20) + 77)],
 )
 def test_gpu_topk_bitwise_equals_torch_reference(rows: int, n: int) -> None:
-    """The Triton radix selector == the torch reference, bitwise, with ties, -0.0/+0.0, -inf,
-    rows with fewer than k visible entries and empty rows."""
+    """The Triton selector == the torch reference, bitwise, with ties, -0.0/+0.0, -inf, rows
+    with fewer than k visible entries and empty rows; both long-row strategies."""
     logits = tie_heavy_rows(rows, n, seed=rows + n)
     g = torch.Generator(device=CUDA).manual_seed(n)
     nv = torch.randint(0, n + 1, (rows,), device=CUDA, generator=g, dtype=torch.int32)
@@ -149,6 +151,9 @@ def test_gpu_topk_bitwise_equals_torch_reference(rows: int, n: int) -> None:
         assert torch.equal(got, index_topk(logits, nv, k, backend="torch")), k
         # Each row alone gives its batch answer.
         assert torch.equal(index_topk(logits[-1:], nv[-1:], k), got[-1:])
+        if n > 4096:  # the split selector and one program per row, whatever the row count
+            for split in (False, True):
+                assert torch.equal(index_topk_triton(logits, nv, k, empty, split=split), got)
 
 
 def test_gpu_logits_and_topk_row_invariance_1_to_256_rows_and_graph() -> None:

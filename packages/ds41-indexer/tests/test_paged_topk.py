@@ -194,3 +194,31 @@ def test_kernel_reads_stay_in_bounds_without_validation() -> None:
     assert bool(torch.isfinite(logits[1, :n_cols]).all())
     got = paged_index_topk(*args, 8, backend="triton", validate=False)
     assert bool((got >= -1).all()) and bool((got < n_cols).all()) and bool((got[0] >= 0).all())
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("masked", [False, True])
+def test_fused_split_selector_equals_group_selector(
+    monkeypatch: pytest.MonkeyPatch, masked: bool
+) -> None:
+    """Rows longer than a chunk in one segment take the split selector (chunk 64: runs of groups
+    pruned by tau; chunk 256: a chunk per slice); forcing one program per row (no split) and
+    the Python sort of the unfused logits agree, with candidate-block masking too."""
+    from ds41_indexer.ops.topk import triton_kernels as tk
+
+    sc = make_scenario("mxfp4", [700, 90], di=32, hi=2, page_size=64, seed=12)
+    q, w = make_queries(3, 2, 32, seed=13)
+    req = torch.tensor([0, 0, 1], dtype=torch.int32)
+    pos = torch.tensor([699, 400, 89], dtype=torch.int32)
+    args = (q, w, sc.cache, sc.block_table, req, pos, 1)
+    nv = visible_entries(req, pos, 1)
+    logits = index_logits(*args, backend="triton")
+    cand = candidate_blocks(logits, nv, 3, 64, backend="triton") if masked else None
+    ref = brute_topk_rows(logits if cand is None else torch.where(cand, logits, -torch.inf), nv, 8)
+    for chunk in (64, 256):
+        assert tk.use_split(3, logits.shape[1], chunk)
+        got = paged_index_topk(*args, 8, candidates=cand, backend="triton", chunk=chunk)
+        assert torch.equal(got, ref), chunk
+    monkeypatch.setattr(tk, "SPLIT_MAX_ROWS", 0)
+    got = paged_index_topk(*args, 8, candidates=cand, backend="triton", chunk=64)
+    assert torch.equal(got, ref)

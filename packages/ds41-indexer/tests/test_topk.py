@@ -14,14 +14,19 @@ BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.interpreter)]
 
 
 def run(
-    backend: str, logits: torch.Tensor, nv: torch.Tensor, k: int, chunk: int | None = None
+    backend: str,
+    logits: torch.Tensor,
+    nv: torch.Tensor,
+    k: int,
+    chunk: int | None = None,
+    split: bool | None = None,
 ) -> torch.Tensor:
     if backend == "torch":
         return index_topk(logits, nv, k, backend="torch")
     # Small chunks force several merge levels at test sizes (the interpreter pays per program).
     if chunk is not None:
         chunk = max(chunk, 2 * k_pad_of(k), 64)
-    return index_topk_triton(logits.contiguous(), nv, k, empty, chunk=chunk)
+    return index_topk_triton(logits.contiguous(), nv, k, empty, chunk=chunk, split=split)
 
 
 def tie_rows(n: int, seed: int) -> torch.Tensor:
@@ -92,11 +97,13 @@ def test_triton_default_chunk_and_bf16_input() -> None:
 
 
 @pytest.mark.interpreter
-def test_group_selector_buckets_and_reductions() -> None:
+@pytest.mark.parametrize("split", [False, True])
+def test_group_selector_buckets_and_reductions(split: bool) -> None:
     """Long rows with a small chunk: more groups than the bucket registers (buckets of several
     groups), tie-heavy rows whose candidates overflow the region (several reductions), a row
-    whose finite scores sit in fewer than k groups, and mostly -inf rows."""
-    n = 9000
+    whose finite scores sit in fewer than k groups, and mostly -inf rows; one program per row
+    and the split selector (slices that reduce their own candidates, then the merge)."""
+    n = 6000
     logits = tie_rows(n, 7)
     spread = torch.full((n,), float("-inf"))
     spread[torch.arange(0, n, 97)] = torch.randn(
@@ -109,7 +116,7 @@ def test_group_selector_buckets_and_reductions() -> None:
     nv = torch.randint(n // 2, n + 1, (logits.shape[0],), generator=g, dtype=torch.int32)
     nv[0] = n
     for k in (5, 40):
-        got = run("triton", logits, nv, k, chunk=64)
+        got = run("triton", logits, nv, k, chunk=64, split=split)
         assert torch.equal(got, index_topk(logits, nv, k, backend="torch")), k
         assert torch.equal(got, brute_topk_rows(logits, nv, k)), k
 

@@ -200,7 +200,8 @@ def fused_stages(
     k: int,
 ) -> tuple[Callable[[], object], Callable[[], object]]:
     """The two stages of `paged_index_topk` on the Triton path as separate calls (the same
-    segments, scratch and launches): scores + group maxima of every segment, then the group
+    segments, scratch and launches): scores (+ group maxima) of every segment, then the
+    selection: one program per row (one chunk), the split selector (one segment) or the group
     selection of every segment (on the last segment's scores; the work is the same)."""
     from ds41_cache.outputs import empty
 
@@ -215,7 +216,13 @@ def fused_stages(
     seg = segment_for(t, n_total, ch)
     width = min(seg, n_total)
     buf = empty((t, width), torch.float32, q.device)
-    scratch = tk.group_scratch(t, width, k_pad, ch, empty, q.device)
+    split = n_total <= seg and n_total > ch and tk.use_split(t, n_total, ch)
+    if split:
+        sp = tk.split_scratch(t, width, k_pad, ch, empty, q.device)
+        gmax = sp[0] if tk.split_plan(n_total, k_pad, ch)[0] else None
+    else:
+        scratch = tk.group_scratch(t, width, k_pad, ch, empty, q.device)
+        gmax = scratch[0]
     out = empty((t, k), torch.int32, q.device)
     n_vis = visible_entries(req, pos, ratio)
     bases = range(0, n_total, seg)
@@ -224,15 +231,18 @@ def fused_stages(
         for base in bases:
             view = buf[:, : min(seg, n_total - base)]
             paged_logits_triton(
-                q, w, cache, table, req, pos, ratio, view, entry_base=base, gmax=scratch[0]
+                q, w, cache, table, req, pos, ratio, view, entry_base=base, gmax=gmax
             )
 
     def select() -> None:
+        if n_total <= ch:
+            tk.select_rows(buf, n_vis, k, k_pad, ch, out)
+            return
+        if split:
+            tk.split_select(buf, n_vis, k, k_pad, ch, sp, out)
+            return
         for base in bases:
             view = buf[:, : min(seg, n_total - base)]
-            if n_total <= ch:
-                tk.select_rows(view, n_vis, k, k_pad, ch, out)
-                continue
             tk.group_select(
                 view,
                 n_vis,

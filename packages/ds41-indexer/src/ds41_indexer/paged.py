@@ -1,9 +1,11 @@
 """`paged_index_topk`: fused paged logits + exact top-k (SPEC section 6).
 
 Rows are scored in segments of entries (sized so the fp32 scratch `[T, segment]` stays under
-`SCRATCH_BYTES`); the logits kernel also writes each 64 entries' largest key, and the group
-selector (one program per row) picks the segment's winners from those groups, starting from the
-running top-k of the entries before it, so no `[T, N]` tensor exists for long rows.
+`SCRATCH_BYTES`); the logits kernel also writes each 64 entries' largest key. When a row is one
+segment, the split selector picks its winners with several programs per row (slices, then a
+merge); otherwise the group selector (one program per row) picks each segment's winners from
+those groups, starting from the running top-k of the entries before it, so no `[T, N]` tensor
+exists for long rows.
 The result equals `index_topk(index_logits(...))` of the same backend bitwise: every logit is
 computed by the same tile code, and the selection is exact under one total order.
 """
@@ -100,7 +102,15 @@ def paged_index_topk(
     n_total = max(n_total, 1)
     width = min(seg, n_total)
     buf = empty((t, width), torch.float32, q.device)
-    scratch = tk.group_scratch(t, width, k_pad, ch, empty, q.device)
+    # One segment of a long row: the split selector (slices of a row in parallel) when the
+    # shape asks for it, else the group selector (one program per row, running merges).
+    split = n_total <= seg and n_total > ch and tk.use_split(t, n_total, ch)
+    if split:
+        sp = tk.split_scratch(t, width, k_pad, ch, empty, q.device)
+        gmax = sp[0] if tk.split_plan(n_total, k_pad, ch)[0] else None
+    else:
+        scratch = tk.group_scratch(t, width, k_pad, ch, empty, q.device)
+        gmax = scratch[0]
     # The logits kernel writes the group maxima itself when its tile is a multiple of GROUP.
     fused_gmax = TILE[0] % tk.GROUP.value == 0
 
@@ -118,14 +128,17 @@ def paged_index_topk(
             cand,
             entry_base=base,
             upcast=interpreter_active(),
-            gmax=scratch[0] if fused_gmax else None,
+            gmax=gmax if fused_gmax else None,
         )
-        if not fused_gmax:
-            tk.group_max(view, (n_vis - base).clamp(min=0).to(torch.int32), scratch[0])
+        if gmax is not None and not fused_gmax:
+            tk.group_max(view, (n_vis - base).clamp(min=0).to(torch.int32), gmax)
         return view
 
     if n_total <= ch:  # one chunk: one program per row
         tk.select_rows(score(0), n_vis, k, k_pad, ch, out)
+        return out
+    if split:
+        tk.split_select(score(0), n_vis, k, k_pad, ch, sp, out)
         return out
     # Segments in entry order: each one's group selection merges with the running top-k of the
     # entries before it (kept in the first k_pad slots of the candidate region).

@@ -8,16 +8,26 @@ and upper bound of the answer differ), takes every key above it and the keys equ
 entry order until k (the "ties to the lower entry index" rule), and compacts the winners with a
 prefix sum, so they stay in ascending entry order. No sort of the row.
 
-A row of at most `CHUNK` entries is one program's set (`_select_from_scores_kernel`). Longer
-rows take two passes. The first gives the largest key of every GROUP consecutive entries (the
-logits kernel writes these group maxima itself when fused; `_group_max_kernel` otherwise). The
-second (`_group_select_kernel`, one program per row) takes tau = the k-th largest group maximum
-(of buckets of consecutive groups when a row has many), a lower bound of the row's k-th largest
-key: only groups whose maximum is >= tau can hold a winner, and only their entries >= tau are
-gathered (typically ~k groups and ~k entries), then selected exactly. The result depends on the
-row alone: every step is exact under one total order. (A radix select, four 8-bit
-`tl.histogram` passes per chunk, was measured slower than the bitwise search on the H200: see
-`scripts/radix_select.py`.)
+A row of at most `CHUNK` entries is one program's set (`_select_row_kernel`). Longer rows start
+from the largest key of every GROUP consecutive entries (the logits kernel writes these group
+maxima itself when fused; `_group_max_kernel` otherwise). tau = the k-th largest group maximum
+(of buckets of consecutive groups when a row has many; its low TAU_LOW bits cleared) is a lower
+bound of the row's k-th largest key: only groups whose maximum is >= tau can hold a winner, and
+only their entries >= tau are gathered (typically ~k groups and ~k entries), then selected
+exactly. Two ways to run that:
+
+- the group selector (`_group_select_kernel`): one program per row, segment after segment with
+  a running top-k (the fused call's long rows with many rows in flight);
+- the split selector (`_slice_select_kernel`, then `_merge_slices_kernel`): S programs per row,
+  each one the exact top-k of a slice (one chunk each for rows of at most S chunks, else a run
+  of groups pruned with the row's tau), written as a list of at most k entries; then one
+  program per row selects the top-k of the S lists (read in slice order, so in entry order).
+  A lone long row is then S SMs' work, not one's.
+
+The result depends on the row alone, whatever the strategy (chosen by shapes only): every step
+is exact under one total order, and a winner of the row is a winner of its slice. (A radix
+select, four 8-bit `tl.histogram` passes per chunk, was measured slower than the bitwise search
+on the H200: see `scripts/radix_select.py`.)
 """
 
 from collections.abc import Callable, Sequence
@@ -40,21 +50,31 @@ def _score_to_key(x):
 
 @triton.jit
 def _select_chunk(key, valid, k):
-    """(key uint32 [C], valid bool [C]) -> (take bool [C], slot int32 [C], kk int32).
+    """(key uint32 [C], valid bool [C]) -> (take bool [C], slot int32 [C], kk int32, thr).
 
-    Row order is entry order, so the tie rule is a rank among the keys equal to the threshold.
+    Row order is entry order, so the tie rule is a rank among the keys equal to the threshold
+    `thr` (the kk-th largest key).
     """
+    return _select_keys(key, valid, k, tl.zeros((), tl.uint32))
+
+
+@triton.jit
+def _select_keys(key, valid, k, lo):
+    """`_select_chunk` when `lo` is a lower bound of the k-th largest key whenever at least k
+    keys are valid (0 when unknown)."""
+    key = tl.where(valid, key, 0)
     n_valid = tl.sum(valid.to(tl.int32), axis=0)
     kk = tl.minimum(n_valid, k)
-    hi = tl.max(tl.where(valid, key, 0), axis=0)
-    thr = _threshold_in(key, valid, kk, tl.zeros((), tl.uint32), hi)
+    hi = tl.max(key, axis=0)
+    lo = tl.where(n_valid >= k, tl.minimum(lo, hi), 0).to(tl.uint32)
+    thr = _threshold_in(key, valid, kk, lo, hi, 0)
     gt = valid & (key > thr)
     eq = valid & (key == thr)
     n_gt = tl.sum(gt.to(tl.int32), axis=0)
     eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
     take = gt | (eq & (eq_rank <= kk - n_gt))
     slot = tl.cumsum(take.to(tl.int32), axis=0) - 1
-    return take, slot, kk
+    return take, slot, kk, thr
 
 
 @triton.jit
@@ -76,7 +96,7 @@ def _select_row_kernel(
     valid = (cols < n_cols) & (cols < n_vis)
     x = tl.load(score_ptr + t * score_stride_t + cols, mask=valid, other=0.0).to(tl.float32)
     key = _score_to_key(x)
-    take, slot, kk = _select_chunk(key, valid, k)
+    take, slot, kk, _ = _select_chunk(key, valid, k)
     tl.store(out_ptr + t * out_stride_t + slot, cols, mask=take)
     fill = tl.arange(0, K_PAD)
     tl.store(
@@ -133,11 +153,14 @@ def index_topk_triton(
     empty: EmptyFn,
     *,
     chunk: int | None = None,
+    split: bool | None = None,
 ) -> torch.Tensor:
     """logits [T, N] f32|bf16, n_visible int32 [T] -> int32 [T, k] (allocated through `empty`).
 
-    A row of at most `chunk` entries is one program's chunk; longer rows take two passes: the
-    group maxima, then the group selector (one program per row)."""
+    A row of at most `chunk` entries is one program's chunk. Longer rows take the split
+    selector (slices of each row in parallel, then a merge; `use_split` by shape, or `split`)
+    or the group selector (one program per row); both start from the group maxima when rows
+    are long enough to prune."""
     t, n = logits.shape
     out = empty((t, k), torch.int32, logits.device)
     if t == 0:
@@ -147,6 +170,12 @@ def index_topk_triton(
     check_chunk(chunk, k_pad)
     if n <= chunk:
         select_rows(logits, n_visible, k, k_pad, chunk, out)
+        return out
+    if use_split(t, n, chunk) if split is None else split:
+        sp = split_scratch(t, n, k_pad, chunk, empty, logits.device)
+        if split_plan(n, k_pad, chunk)[0]:
+            group_max(logits, n_visible, sp[0])
+        split_select(logits, n_visible, k, k_pad, chunk, sp, out)
         return out
     scratch = group_scratch(t, n, k_pad, chunk, empty, logits.device)
     group_max(logits, n_visible, scratch[0])
@@ -201,9 +230,12 @@ def _high_bit(x):
 
 
 @triton.jit
-def _threshold_in(key, valid, kk, lo, hi):
-    """`_threshold` when the answer is known to lie in [lo, hi] (uint32 scalars, lo <= hi): the
-    bits the two share are fixed, the search runs over the rest only."""
+def _threshold_in(key, valid, kk, lo, hi, low):
+    """The kk-th largest valid key (uint32 [C]), known to lie in [lo, hi] (uint32 scalars,
+    lo <= hi): the bits the two share are fixed, a bitwise search runs over the rest, one bit a
+    step from the highest. With `low` > 0 the search stops above bit `low` and the answer's
+    lower bits are 0: the largest such value with at least kk keys >= it (a lower bound of the
+    kk-th largest key, found in fewer steps)."""
     key = tl.where(valid, key, 0)
     x = lo ^ hi
     one = tl.full((), 1, tl.uint32)
@@ -211,7 +243,7 @@ def _threshold_in(key, valid, kk, lo, hi):
     thr = tl.where(nb >= 32, 0, (hi >> nb) << nb).to(tl.uint32)
     # (while loops: runtime bounds that the interpreter also accepts)
     bit = nb - 1
-    while bit >= 0:
+    while bit >= low:
         cand = thr | (one << bit)
         cnt = tl.sum((key >= cand).to(tl.int32), axis=0)
         thr = tl.where(cnt >= kk, cand, thr)
@@ -229,17 +261,7 @@ def _select_region(key_ptr, idx_ptr, n_used, k, lo, CCAP: tl.constexpr):
     valid = idx >= 0
     key = tl.load(key_ptr + offs, mask=valid, other=0).to(tl.uint32, bitcast=True)
     key = tl.where(valid, key, 0)
-    n_valid = tl.sum(valid.to(tl.int32), axis=0)
-    kk = tl.minimum(n_valid, k)
-    hi = tl.max(key, axis=0)
-    lo = tl.where(n_valid >= k, tl.minimum(lo, hi), 0).to(tl.uint32)
-    thr = _threshold_in(key, valid, kk, lo, hi)
-    gt = valid & (key > thr)
-    eq = valid & (key == thr)
-    n_gt = tl.sum(gt.to(tl.int32), axis=0)
-    eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
-    take = gt | (eq & (eq_rank <= kk - n_gt))
-    slot = tl.cumsum(take.to(tl.int32), axis=0) - 1
+    take, slot, kk, _ = _select_keys(key, valid, k, lo)
     return take, slot, kk, key, idx
 
 
@@ -280,6 +302,83 @@ def _append(ckey, cidx, used, key, cand, entry, k, K_PAD: tl.constexpr, CCAP: tl
     return used + cnt
 
 
+TAU_LOW = tl.constexpr(16)
+"""tau keeps the high 32 - TAU_LOW bits of the k-th largest bucket maximum (fewer search steps;
+a bucket maximum is at most 2^-7 relatively above the truncated value)."""
+
+
+@triton.jit
+def _row_tau(gmax, ng, k, NGB: tl.constexpr):
+    """A lower bound tau of the k-th largest visible key of a row (part) from its ng group maxima
+    (int32 bits at `gmax`): the k-th largest of the bucket maxima (a bucket = one or more
+    consecutive groups, at most NGB buckets) with its low TAU_LOW bits cleared when at least k
+    buckets hold visible entries, else 1 (every visible key is >= 1)."""
+    per = tl.maximum((ng + NGB - 1) // NGB, 1)
+    nb = (ng + per - 1) // per
+    b = tl.arange(0, NGB)
+    bmax = tl.zeros((NGB,), dtype=tl.uint32)
+    s = 0
+    while s < per:
+        g = b * per + s
+        m = tl.load(gmax + g, mask=g < ng, other=0).to(tl.uint32, bitcast=True)
+        bmax = tl.maximum(bmax, m)
+        s += 1
+    tau = tl.full((), 1, tl.uint32)
+    if nb >= k:
+        lo = tl.min(tl.where(b < nb, bmax, tl.full((), 0xFFFFFFFF, tl.uint32)), axis=0)
+        tau = _threshold_in(bmax, b < nb, k, lo, tl.max(bmax, axis=0), TAU_LOW)
+    return tau
+
+
+@triton.jit
+def _pick_groups(gmax, gids, g_lo, g_hi, tau, NGB: tl.constexpr):
+    """Ids of the groups in [g_lo, g_hi) whose maximum is >= tau, ascending, stored from
+    gids[0] -> their count."""
+    b = tl.arange(0, NGB)
+    m_sel = 0
+    g0 = g_lo
+    while g0 < g_hi:
+        g = g0 + b
+        g0 += NGB
+        gm = tl.load(gmax + g, mask=g < g_hi, other=0).to(tl.uint32, bitcast=True)
+        sel = (g < g_hi) & (gm >= tau)
+        pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        tl.store(gids + m_sel + pos, g, mask=sel)
+        m_sel += tl.sum(sel.to(tl.int32), axis=0)
+    tl.debug_barrier()
+    return m_sel
+
+
+@triton.jit
+def _gather_candidates(
+    row_ptr,
+    gids,
+    m_sel,
+    n_here,
+    tau,
+    entry_base,
+    ckey,
+    cidx,
+    k,
+    K_PAD: tl.constexpr,
+    CCAP: tl.constexpr,
+    BATCH: tl.constexpr,
+):
+    """Append the entries >= tau of the m_sel groups listed at `gids` (ascending) to the
+    candidate region [K_PAD, CCAP), reducing it to its top-k when full -> the count appended
+    since the last reduction. Two batches per step, both requested before either is appended."""
+    GPB: tl.constexpr = BATCH // GROUP
+    used = 0
+    b0 = 0
+    while b0 < m_sel:
+        ka, ca, ea = _gather_groups(row_ptr, gids, b0, m_sel, n_here, GPB)
+        kb, cb, eb = _gather_groups(row_ptr, gids, b0 + GPB, m_sel, n_here, GPB)
+        b0 += 2 * GPB
+        used = _append(ckey, cidx, used, ka, ca & (ka >= tau), entry_base + ea, k, K_PAD, CCAP)
+        used = _append(ckey, cidx, used, kb, cb & (kb >= tau), entry_base + eb, k, K_PAD, CCAP)
+    return used
+
+
 @triton.jit
 def _group_select_kernel(
     score_ptr,
@@ -307,14 +406,12 @@ def _group_select_kernel(
     """Second pass, one program per row: the exact top-k of a segment of scores (columns are
     entries entry_base + col) merged with the row's running list, from the group maxima.
 
-    tau = the k-th largest of the segment's bucket maxima (a bucket = one or more consecutive
-    groups, at most NGB buckets) is a lower bound of the segment's k-th largest key when at
-    least k buckets hold visible entries (else tau = the smallest key: every visible entry
-    counts). Only groups whose maximum is >= tau can hold a winner; their entries >= tau are
-    appended, in entry order, to the candidate region [K_PAD, CCAP) of the row's scratch, whose
-    first K_PAD slots hold the running top-k (entries of earlier segments, ascending). When the
-    region would overflow, it is reduced to its top-k (into the first K_PAD slots); the last
-    reduction is the answer: `out` (FINAL, k columns, then -1) or the running list.
+    tau (`_row_tau`) is a lower bound of the segment's k-th largest key. Only groups whose
+    maximum is >= tau can hold a winner; their entries >= tau are appended, in entry order, to
+    the candidate region [K_PAD, CCAP) of the row's scratch, whose first K_PAD slots hold the
+    running top-k (entries of earlier segments, ascending). When the region would overflow, it
+    is reduced to its top-k (into the first K_PAD slots); the last reduction is the answer:
+    `out` (FINAL, k columns, then -1) or the running list.
     """
     t = tl.program_id(0).to(tl.int64)
     n_vis = tl.load(nvis_ptr + t)
@@ -327,48 +424,22 @@ def _group_select_kernel(
     if not HAS_RUN:
         fill = tl.arange(0, K_PAD)
         tl.store(cidx + fill, tl.full((K_PAD,), -1, tl.int32))
-    # tau from the bucket maxima (bucket = `per` consecutive groups)
-    per = tl.maximum((ng + NGB - 1) // NGB, 1)
-    nb = (ng + per - 1) // per
-    b = tl.arange(0, NGB)
-    bmax = tl.zeros((NGB,), dtype=tl.uint32)
-    s = 0
-    while s < per:
-        g = b * per + s
-        m = tl.load(gmax + g, mask=g < ng, other=0).to(tl.uint32, bitcast=True)
-        bmax = tl.maximum(bmax, m)
-        s += 1
-    one = tl.full((), 1, tl.uint32)
-    if nb >= k:
-        lo = tl.min(tl.where(b < nb, bmax, tl.full((), 0xFFFFFFFF, tl.uint32)), axis=0)
-        tau = _threshold_in(bmax, b < nb, k, lo, tl.max(bmax, axis=0))
-    else:
-        tau = one
-    # the groups that can hold a winner, in ascending order
-    m_sel = 0
-    g0 = 0
-    while g0 < ng:
-        g = g0 + b
-        g0 += NGB
-        gm = tl.load(gmax + g, mask=g < ng, other=0).to(tl.uint32, bitcast=True)
-        sel = (g < ng) & (gm >= tau)
-        pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
-        tl.store(gids + m_sel + pos, g, mask=sel)
-        m_sel += tl.sum(sel.to(tl.int32), axis=0)
-    tl.debug_barrier()
-    # gather their entries >= tau into the candidate region, reducing it when full; two
-    # batches per step, both requested before either is appended
-    GPB: tl.constexpr = BATCH // GROUP
-    used = 0
-    b0 = 0
-    while b0 < m_sel:
-        ka, ca, ea = _gather_groups(score_ptr + t * score_stride_t, gids, b0, m_sel, n_here, GPB)
-        kb, cb, eb = _gather_groups(
-            score_ptr + t * score_stride_t, gids, b0 + GPB, m_sel, n_here, GPB
-        )
-        b0 += 2 * GPB
-        used = _append(ckey, cidx, used, ka, ca & (ka >= tau), entry_base + ea, k, K_PAD, CCAP)
-        used = _append(ckey, cidx, used, kb, cb & (kb >= tau), entry_base + eb, k, K_PAD, CCAP)
+    tau = _row_tau(gmax, ng, k, NGB)
+    m_sel = _pick_groups(gmax, gids, 0, ng, tau, NGB)
+    used = _gather_candidates(
+        score_ptr + t * score_stride_t,
+        gids,
+        m_sel,
+        n_here,
+        tau,
+        entry_base,
+        ckey,
+        cidx,
+        k,
+        K_PAD,
+        CCAP,
+        BATCH,
+    )
     take, slot, kk, rkey, ridx = _select_region(ckey, cidx, K_PAD + used, k, tau, CCAP)
     if FINAL:
         tl.store(out_ptr + t * out_stride_t + slot, ridx, mask=take)
@@ -384,6 +455,128 @@ def _group_select_kernel(
         tl.store(ckey + slot, rkey.to(tl.int32, bitcast=True), mask=take)
         fill = tl.arange(0, K_PAD)
         tl.store(cidx + fill, tl.full((K_PAD,), -1, tl.int32), mask=fill >= kk)
+
+
+# ------------------------------------------------------------------------ split selector
+
+
+@triton.jit
+def _slice_select_kernel(
+    score_ptr,
+    gmax_ptr,
+    nvis_ptr,
+    ckey_ptr,
+    cidx_ptr,
+    gid_ptr,
+    meta_ptr,
+    n_cols,
+    score_stride_t,
+    gmax_stride_t,
+    c_stride_p,
+    gid_stride_t,
+    k,
+    S: tl.constexpr,
+    PRUNE: tl.constexpr,
+    K_PAD: tl.constexpr,
+    CCAP: tl.constexpr,
+    BATCH: tl.constexpr,
+    NGB: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """First launch of the split selector, program (t, s): the exact top-k of slice s of row t
+    (or the part of it that can hold a winner of the row), a list of at most k entries
+    (ascending) in the program's candidate region, described by meta = (first slot, count,
+    lower bound of the row's k-th largest key, -).
+
+    PRUNE: slice s is the s-th of S runs of consecutive groups; tau (`_row_tau` over the whole
+    row, the same in every slice) picks the groups and entries that can hold a winner; when more
+    than K_PAD candidates (or a reduction) came, they are reduced to the slice's top-k. Else
+    slice s is the CHUNK entries from s * CHUNK, selected in registers.
+    """
+    t = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    p = t * S + s
+    n_vis = tl.load(nvis_ptr + t)
+    n_here = tl.minimum(tl.maximum(n_vis, 0), n_cols)
+    ckey = ckey_ptr + p * c_stride_p
+    cidx = cidx_ptr + p * c_stride_p
+    row = score_ptr + t * score_stride_t
+    if PRUNE:
+        fill = tl.arange(0, K_PAD)
+        tl.store(cidx + fill, tl.full((K_PAD,), -1, tl.int32))
+        ng = (n_here + GROUP - 1) // GROUP
+        gmax = gmax_ptr + t * gmax_stride_t
+        tau = _row_tau(gmax, ng, k, NGB)
+        gs = (ng + S - 1) // S
+        g_lo = tl.minimum(s * gs, ng)
+        g_hi = tl.minimum(g_lo + gs, ng)
+        gids = gid_ptr + t * gid_stride_t + g_lo
+        m_sel = _pick_groups(gmax, gids, g_lo, g_hi, tau, NGB)
+        used = _gather_candidates(
+            row, gids, m_sel, n_here, tau, 0, ckey, cidx, k, K_PAD, CCAP, BATCH
+        )
+        # A reduction ran iff the running list (first K_PAD slots) holds an entry.
+        reduced = tl.load(cidx) >= 0
+        first = tl.full((), K_PAD, tl.int32)
+        count = used
+        if reduced | (used > K_PAD):
+            take, slot, kk, rkey, ridx = _select_region(ckey, cidx, K_PAD + used, k, tau, CCAP)
+            tl.debug_barrier()
+            tl.store(cidx + slot, ridx, mask=take)
+            tl.store(ckey + slot, rkey.to(tl.int32, bitcast=True), mask=take)
+            first = tl.full((), 0, tl.int32)
+            count = kk
+        lo = tau
+    else:
+        cols = s * CHUNK + tl.arange(0, CHUNK)
+        valid = cols < n_here
+        x = tl.load(row + cols, mask=valid, other=0.0).to(tl.float32)
+        key = _score_to_key(x)
+        take, slot, count, thr = _select_chunk(key, valid, k)
+        tl.store(cidx + slot, cols, mask=take)
+        tl.store(ckey + slot, key.to(tl.int32, bitcast=True), mask=take)
+        first = tl.full((), 0, tl.int32)
+        lo = tl.where(count >= k, thr, 0).to(tl.uint32)
+    tl.store(meta_ptr + p * 4, first)
+    tl.store(meta_ptr + p * 4 + 1, count)
+    tl.store(meta_ptr + p * 4 + 2, lo.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _merge_slices_kernel(
+    ckey_ptr,
+    cidx_ptr,
+    meta_ptr,
+    out_ptr,
+    c_stride_p,
+    out_stride_t,
+    k,
+    S: tl.constexpr,
+    K_PAD: tl.constexpr,
+):
+    """Second launch of the split selector, one program per row: the exact top-k of the S
+    slice lists (in slice order, so in ascending entry order) -> out [k] (ascending, then -1).
+    The largest of the slices' lower bounds bounds the row's k-th largest key from below."""
+    t = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, S * K_PAD)
+    p = t * S + offs // K_PAD
+    j = offs % K_PAD
+    first = tl.load(meta_ptr + p * 4)
+    count = tl.load(meta_ptr + p * 4 + 1)
+    valid = j < count
+    at = p * c_stride_p + first + j
+    idx = tl.load(cidx_ptr + at, mask=valid, other=-1)
+    key = tl.load(ckey_ptr + at, mask=valid, other=0).to(tl.uint32, bitcast=True)
+    sl = t * S + tl.arange(0, S)
+    lo = tl.max(tl.load(meta_ptr + sl * 4 + 2).to(tl.uint32, bitcast=True), axis=0)
+    take, slot, kk, _ = _select_keys(key, valid, k, lo)
+    tl.store(out_ptr + t * out_stride_t + slot, idx, mask=take)
+    fill = tl.arange(0, K_PAD)
+    tl.store(
+        out_ptr + t * out_stride_t + fill,
+        tl.full((K_PAD,), -1, tl.int32),
+        mask=(fill >= kk) & (fill < k),
+    )
 
 
 def gather_batch(chunk: int) -> int:
@@ -458,5 +651,100 @@ def group_select(
         CCAP=ccap,
         BATCH=gather_batch(chunk),
         NGB=min(chunk, 4096),
+        num_warps=8,
+    )
+
+
+SPLIT_SLICES = 8
+"""Most slices (programs) per row of the split selector."""
+SPLIT_MAX_ROWS = 64
+"""Rows up to which a long row (one segment) takes the split selector (not tuned on a device:
+the measured group selector keeps larger batches)."""
+
+
+def use_split(t: int, n: int, chunk: int) -> bool:
+    """Whether rows of n > chunk entries take the split selector (a function of shapes only;
+    every selector is exact, so the choice never changes a bit)."""
+    return n > chunk and t <= SPLIT_MAX_ROWS
+
+
+def split_plan(n: int, k_pad: int, chunk: int) -> tuple[bool, int]:
+    """(prune, slices) of the split selector on rows of n > chunk entries: rows of at most
+    `slices` chunks take one chunk per slice (PRUNE off, slices a power of two); longer rows
+    take SPLIT_SLICES runs of groups (fewer when k_pad * slices would exceed chunk)."""
+    most = max(1, min(SPLIT_SLICES, chunk // k_pad))
+    pieces = triton.cdiv(n, chunk)
+    if pieces <= most:
+        return False, int(triton.next_power_of_2(pieces))
+    return True, most
+
+
+SplitScratch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def split_scratch(
+    t: int, n: int, k_pad: int, chunk: int, empty: EmptyFn, device: torch.device
+) -> SplitScratch:
+    """Scratch of the split selector on rows of n columns: (gmax int32 [T, ceil(n/GROUP)],
+    candidate keys and entries int32 [T * slices, CCAP], selected group ids int32
+    [T, ceil(n/GROUP)], slice lists' meta int32 [T * slices, 4])."""
+    prune, slices = split_plan(n, k_pad, chunk)
+    ng = max(1, triton.cdiv(n, int(GROUP.value))) if prune else 1
+    ccap = int(triton.next_power_of_2(k_pad + gather_batch(chunk))) if prune else k_pad
+    gmax = empty((t, ng), torch.int32, device)
+    gids = empty((t, ng), torch.int32, device)
+    ckey = empty((t * slices, ccap), torch.int32, device)
+    cidx = empty((t * slices, ccap), torch.int32, device)
+    meta = empty((t * slices, 4), torch.int32, device)
+    return gmax, ckey, cidx, gids, meta
+
+
+def split_select(
+    scores: torch.Tensor,
+    n_visible: torch.Tensor,
+    k: int,
+    k_pad: int,
+    chunk: int,
+    scratch: SplitScratch,
+    out: torch.Tensor,
+) -> None:
+    """Top-k of rows of scores [T, n > chunk] (entry = column) in two launches: the slices
+    (group maxima in scratch[0] when `split_plan` prunes), then one merge per row -> out."""
+    gmax, ckey, cidx, gids, meta = scratch
+    t, n = scores.shape
+    prune, slices = split_plan(n, k_pad, chunk)
+    _slice_select_kernel[(t, slices)](
+        scores,
+        gmax,
+        n_visible,
+        ckey,
+        cidx,
+        gids,
+        meta,
+        n,
+        scores.stride(0),
+        gmax.stride(0),
+        ckey.stride(0),
+        gids.stride(0),
+        k,
+        S=slices,
+        PRUNE=prune,
+        K_PAD=k_pad,
+        CCAP=ckey.shape[1],
+        BATCH=gather_batch(chunk),
+        NGB=min(chunk, 4096),
+        CHUNK=chunk,
+        num_warps=8,
+    )
+    _merge_slices_kernel[(t,)](
+        ckey,
+        cidx,
+        meta,
+        out,
+        ckey.stride(0),
+        out.stride(0),
+        k,
+        S=slices,
+        K_PAD=k_pad,
         num_warps=8,
     )
