@@ -56,6 +56,9 @@ def test_plan_and_dispatch() -> None:
     assert split_plan(1 << 20, 1024, 4096) == (True, 4)
     assert split_plan(300, 16, 64) == (True, 4)
     assert not use_split(1, 4096, 4096) and use_split(1, 4097, 4096)
+    # few rows of long rows split; past SPLIT_MAX_ENTRIES the group selector fills the SMs
+    assert use_split(1, 1 << 20, 4096) and use_split(64, 1 << 15, 4096)
+    assert not use_split(64, 1 << 17, 4096) and not use_split(65, 8192, 4096)
 
 
 @pytest.mark.parametrize("k", [3, 8])

@@ -658,14 +658,19 @@ def group_select(
 SPLIT_SLICES = 8
 """Most slices (programs) per row of the split selector."""
 SPLIT_MAX_ROWS = 64
-"""Rows up to which a long row (one segment) takes the split selector (not tuned on a device:
-the measured group selector keeps larger batches)."""
+"""Rows up to which a long row (one segment) may take the split selector."""
+SPLIT_MAX_ENTRIES = 64 * 32768
+"""Most entries (rows x row length) the split selector takes. Measured on the H200 (CUDA
+graph, `scripts/issue12/topk_variants.py`): one row at 32K / 128K / 1M entries 29 / 34 / 40 us
+split vs 55 / 58 / 71 us one program per row; 64 rows at 32K 52 vs 72 us, but at 128K 82 vs 69
+and at 1M 184 vs 165: past ~2M entries the group selector already fills the SMs and the
+split's extra merge launch and slice lists cost more than they save."""
 
 
 def use_split(t: int, n: int, chunk: int) -> bool:
     """Whether rows of n > chunk entries take the split selector (a function of shapes only;
     every selector is exact, so the choice never changes a bit)."""
-    return n > chunk and t <= SPLIT_MAX_ROWS
+    return n > chunk and t <= SPLIT_MAX_ROWS and t * n <= SPLIT_MAX_ENTRIES
 
 
 def split_plan(n: int, k_pad: int, chunk: int) -> tuple[bool, int]:
