@@ -216,13 +216,7 @@ def fused_stages(
     seg = segment_for(t, n_total, ch)
     width = min(seg, n_total)
     buf = empty((t, width), torch.float32, q.device)
-    split = n_total <= seg and n_total > ch and tk.use_split(t, n_total, ch)
-    if split:
-        sp = tk.split_scratch(t, width, k_pad, ch, empty, q.device)
-        gmax = sp[0] if tk.split_plan(n_total, k_pad, ch)[0] else None
-    else:
-        scratch = tk.group_scratch(t, width, k_pad, ch, empty, q.device)
-        gmax = scratch[0]
+    sp, scratch, gmax = tk.selection_scratch(t, n_total, seg, k_pad, ch, empty, q.device)
     out = empty((t, k), torch.int32, q.device)
     n_vis = visible_entries(req, pos, ratio)
     bases = range(0, n_total, seg)
@@ -238,9 +232,10 @@ def fused_stages(
         if n_total <= ch:
             tk.select_rows(buf, n_vis, k, k_pad, ch, out)
             return
-        if split:
+        if sp is not None:
             tk.split_select(buf, n_vis, k, k_pad, ch, sp, out)
             return
+        assert scratch is not None
         for base in bases:
             view = buf[:, : min(seg, n_total - base)]
             tk.group_select(

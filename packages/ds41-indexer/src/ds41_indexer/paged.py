@@ -104,13 +104,7 @@ def paged_index_topk(
     buf = empty((t, width), torch.float32, q.device)
     # One segment of a long row: the split selector (slices of a row in parallel) when the
     # shape asks for it, else the group selector (one program per row, running merges).
-    split = n_total <= seg and n_total > ch and tk.use_split(t, n_total, ch)
-    if split:
-        sp = tk.split_scratch(t, width, k_pad, ch, empty, q.device)
-        gmax = sp[0] if tk.split_plan(n_total, k_pad, ch)[0] else None
-    else:
-        scratch = tk.group_scratch(t, width, k_pad, ch, empty, q.device)
-        gmax = scratch[0]
+    sp, scratch, gmax = tk.selection_scratch(t, n_total, seg, k_pad, ch, empty, q.device)
     # The logits kernel writes the group maxima itself when its tile is a multiple of GROUP.
     fused_gmax = TILE[0] % tk.GROUP.value == 0
 
@@ -137,9 +131,10 @@ def paged_index_topk(
     if n_total <= ch:  # one chunk: one program per row
         tk.select_rows(score(0), n_vis, k, k_pad, ch, out)
         return out
-    if split:
+    if sp is not None:
         tk.split_select(score(0), n_vis, k, k_pad, ch, sp, out)
         return out
+    assert scratch is not None
     # Segments in entry order: each one's group selection merges with the running top-k of the
     # entries before it (kept in the first k_pad slots of the candidate region).
     for base in range(0, n_total, seg):

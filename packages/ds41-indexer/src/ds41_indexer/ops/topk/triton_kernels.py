@@ -704,6 +704,22 @@ def split_scratch(
     return gmax, ckey, cidx, gids, meta
 
 
+def selection_scratch(
+    t: int, n_total: int, seg: int, k_pad: int, chunk: int, empty: EmptyFn, device: torch.device
+) -> tuple[SplitScratch | None, Scratch | None, torch.Tensor | None]:
+    """Scratch for selecting rows of n_total > chunk entries scored in segments of `seg`:
+    (split selector's scratch, group selector's scratch, the group maxima the logits kernel
+    fills). Exactly one scratch is set: the split selector's when a row is one segment and
+    `use_split` takes the shape. The maxima are None when the split selector takes one chunk
+    per slice (it needs none)."""
+    width = min(seg, n_total)
+    if n_total <= seg and use_split(t, n_total, chunk):
+        sp = split_scratch(t, width, k_pad, chunk, empty, device)
+        return sp, None, sp[0] if split_plan(n_total, k_pad, chunk)[0] else None
+    scratch = group_scratch(t, width, k_pad, chunk, empty, device)
+    return None, scratch, scratch[0]
+
+
 def split_select(
     scores: torch.Tensor,
     n_visible: torch.Tensor,
