@@ -96,6 +96,29 @@ def shard_plan(n: int, k: int, groups: int, plan_shape: tuple[int, int, int] | N
     return dataclasses.replace(full, n=n, groups=groups, n_tiles=-(-n // BLOCK_N))
 
 
+def _shard_operands(
+    x: torch.Tensor, w: torch.Tensor, fp32: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checked operands of a K-shard product (`x: [M, Ks]`, `w: [N, Ks]`), fp32 if asked."""
+    _check_operands(x, w, 2)
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"w must be [N, {x.shape[1]}] to match x's K, got {list(w.shape)}")
+    if fp32:
+        x, w = x.to(torch.float32), w.to(torch.float32)
+    return x, w
+
+
+def _kernel_operands(
+    x: torch.Tensor, w: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
+    """(x, w, upcast, ieee_fp32) for a Triton launch: mixed dtypes run in fp32; fp32 operands
+    and the interpreter take the IEEE fp32 dot."""
+    interp = interpreter_active()
+    if x.dtype != w.dtype:
+        x, w = x.to(torch.float32), w.to(torch.float32)
+    return x, w, interp, x.dtype == torch.float32 or interp
+
+
 def linear_partials(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -111,19 +134,12 @@ def linear_partials(
     segment boundaries (`segment_len`). Adding the segments of all shards with
     `reduce_linear_partials` gives `linear(x_full, w_full)` bitwise.
     """
-    _check_operands(x, w, 2)
-    if x.shape[1] != w.shape[1]:
-        raise ValueError(f"w must be [N, {x.shape[1]}] to match x's K, got {list(w.shape)}")
-    if fp32:
-        x, w = x.to(torch.float32), w.to(torch.float32)
+    x, w = _shard_operands(x, w, fp32)
     if resolve_backend(backend, x.device) == "torch":
         return rowwise_partials(x, w, cpu_segment_len(plan_shape[1]))
     from .matmul.triton_kernels import launch_partials
 
-    interp = interpreter_active()
-    if x.dtype != w.dtype:
-        x, w = x.to(torch.float32), w.to(torch.float32)
-    ieee = x.dtype == torch.float32 or interp
+    x, w, interp, ieee = _kernel_operands(x, w)
     plan = plan_matmul(*plan_shape)
     return launch_partials(x.unsqueeze(1), w.unsqueeze(0), plan, upcast=interp, ieee_fp32=ieee)
 
@@ -141,20 +157,14 @@ def linear_chain(
     added in order to a zero total, in one launch. When the shard is one half of the full
     plan (`half_split`), this is that half's total, bitwise `reduce_linear_partials(
     linear_partials(...), float32, half=S)`."""
-    _check_operands(x, w, 2)
-    if x.shape[1] != w.shape[1]:
-        raise ValueError(f"w must be [N, {x.shape[1]}] to match x's K, got {list(w.shape)}")
-    if fp32:
-        x, w = x.to(torch.float32), w.to(torch.float32)
+    x, w = _shard_operands(x, w, fp32)
     if resolve_backend(backend, x.device) == "torch":
         parts = rowwise_partials(x, w, cpu_segment_len(plan_shape[1]))
         return reduce_partials(parts, torch.float32, parts.shape[0])
     from .matmul.plan import BLOCK_K
     from .matmul.triton_kernels import launch_matmul
 
-    interp = interpreter_active()
-    if x.dtype != w.dtype:
-        x, w = x.to(torch.float32), w.to(torch.float32)
+    x, w, interp, ieee = _kernel_operands(x, w)
     m, ks = x.shape
     n = w.shape[0]
     full = plan_matmul(*plan_shape)
@@ -166,7 +176,6 @@ def linear_chain(
     out = empty((m, n), torch.float32, x.device)
     if m == 0 or n == 0:
         return out
-    ieee = x.dtype == torch.float32 or interp
     return launch_matmul(x.unsqueeze(1), w.unsqueeze(0), out, plan, upcast=interp, ieee_fp32=ieee)
 
 
@@ -238,14 +247,11 @@ def _dispatch(
         return parts[0] if g == 1 else torch.cat(parts, dim=1)
     from .matmul.triton_kernels import launch_matmul
 
-    interp = interpreter_active()
-    if x.dtype != w.dtype:
-        x, w = x.to(torch.float32), w.to(torch.float32)
+    x, w, interp, ieee = _kernel_operands(x, w)
     out = empty((m, g * n), dtype, x.device)
     if m == 0 or n == 0:
         return out
     if w.shape[2] == 0:
         return out.zero_()
-    ieee = x.dtype == torch.float32 or interp
     plan = shard_plan(n, w.shape[2], g, plan_shape)
     return launch_matmul(x, w, out, plan, upcast=interp, ieee_fp32=ieee)
