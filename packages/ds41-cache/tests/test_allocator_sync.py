@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from ds41_cache.allocator import NO_PAGE, PageAllocator
@@ -64,3 +65,25 @@ def test_release_before_resumes_where_it_stopped() -> None:
     a.free(0)
     a.ensure(0, 6)  # a fresh request in the slot starts its scan at page 0 again
     assert a.release_before(0, 4) == 2 and a.pages_of(0)[:2] == [NO_PAGE, NO_PAGE]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_flush_uploads_the_table_as_it_was_at_flush_time() -> None:
+    """The device may run a flush's copy after the host changed the table again (the engine
+    plans step n + 1 while step n runs): the copy must carry the rows as they were at the
+    flush, from every buffer of the pinned ring in turn."""
+    a = PageAllocator(64, 4, 4, 16, "cuda", deferred_sync=True)
+    expected = []
+    for i in range(7):  # more flushes than the ring has buffers
+        torch.cuda._sleep(20_000_000)  # keep the stream busy so the copy runs late
+        a.ensure(i % 4, 4 * (i // 4 + 1) + 4)
+        a.flush()
+        expected.append(a._host.clone())
+        a.release_before(i % 4, 4)  # a host change right after the flush
+        snap = torch.empty_like(a.block_table)
+        snap.copy_(a.block_table)  # ordered after the flush's copy on the stream
+        expected[-1] = (expected[-1], snap)
+    torch.cuda.synchronize()
+    for host_at_flush, dev_after_flush in expected:
+        assert torch.equal(dev_after_flush.cpu(), host_at_flush)

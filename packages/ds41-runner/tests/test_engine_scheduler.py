@@ -92,6 +92,9 @@ class FakeKV:
             self.refs[p] += 1
         return FakePrefix(num_tokens, held)
 
+    def export_prefixes(self, req: int, counts: list[int]) -> list[FakePrefix]:
+        return [self.export_prefix(req, n) for n in counts]
+
     def import_prefix(self, handle: FakePrefix, dst_req: int) -> None:
         assert not handle.released and not self.table[dst_req]
         for p in handle.pages:

@@ -119,6 +119,53 @@ def test_prefix_export_import_release_refcounts():
         kv.export_prefix(0, 6)
 
 
+def test_export_prefixes_equals_one_by_one_and_is_all_or_nothing():
+    """The batched export (one ring snapshot and one tail copy per page, shared) gives the
+    handles single exports give, and a bad count holds nothing."""
+    torch.manual_seed(0)
+    one, many = make(), make()
+    for kv in (one, many):
+        kv.reserve(0, 16)
+        for layer, c in kv.compressors.items():
+            c.state[0].copy_(
+                torch.randn(c.state[0].shape, generator=torch.Generator().manual_seed(layer))
+            )
+        for m, a in kv.comp_alloc.items():
+            for cache in kv._caches_of(m).values():
+                for page in a.pages_of(0):
+                    cache.storage[page] = torch.randint(
+                        0,
+                        256,
+                        cache.storage[page].shape,
+                        generator=torch.Generator().manual_seed(page),
+                        dtype=torch.int32,
+                    ).to(cache.storage.dtype)
+    counts = [4, 8, 12, 16]
+    singles = [one.export_prefix(0, n) for n in counts]
+    batch = many.export_prefixes(0, counts)
+    assert one.free_pages() == many.free_pages()
+    for a, b in zip(singles, batch, strict=True):
+        assert (a.num_tokens, a.window_pages, a.comp_pages) == (
+            b.num_tokens,
+            b.window_pages,
+            b.comp_pages,
+        )
+        assert sorted(a.comp_tail) == sorted(b.comp_tail)
+        for m in a.comp_tail:
+            for name in a.comp_tail[m]:
+                assert torch.equal(a.comp_tail[m][name], b.comp_tail[m][name])
+        for layer in a.rings:
+            assert torch.equal(a.rings[layer], b.rings[layer])
+    # ratio 2 at 4 and 12 tokens: 2 and 6 entries end inside page 0 and page 1: one copy each
+    assert batch[0].comp_tail[2]["comp2"] is not batch[2].comp_tail[2]["comp2"]
+    assert batch[0].rings[2] is batch[3].rings[2]
+    held = many.free_pages()
+    with pytest.raises(ValueError, match="multiple of page_size 4, got 6"):
+        many.export_prefixes(0, [8, 6])
+    assert many.free_pages() == held, "a failed batch must hold no page"
+    assert many.export_prefixes(0, []) == []
+
+
 def test_export_refuses_released_window_pages():
     kv = make()
     kv.reserve(0, 24)

@@ -7,7 +7,7 @@ ids; it never touches cache bytes.
 Bookkeeping lives on the host; `block_table` is a device tensor whose identity never changes
 (CUDA graphs capture its address) and whose rows are refreshed from the host copy after every
 change, or, with `deferred_sync=True`, by `flush()`: the changed rows go up in one asynchronous
-copy from pinned memory, so a serving step that changes many rows costs no host sync.
+copy from a pinned snapshot, so a serving step that changes many rows costs no host sync.
 A request's *extent* is the number of logical pages it has covered so far; entries below the
 extent may be -1 after `release_before` (a sliding window keeps O(W) pages, not O(context)).
 
@@ -22,10 +22,15 @@ import heapq
 import operator
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 NO_PAGE = -1
 """Block-table value of a logical page that has no physical page."""
+
+FLUSH_RING = 3
+"""Pinned snapshot buffers per allocator for `flush` (reused round robin, each after its
+copy has run)."""
 
 
 class CacheFullError(RuntimeError):
@@ -73,6 +78,10 @@ class PageAllocator:
         self.device = self.block_table.device  # "cuda" resolved to its index
         self.deferred_sync = deferred_sync
         self._dirty: set[int] = set()
+        self._ring: list[torch.Tensor] = []  # pinned snapshots for flush (CUDA)
+        self._ring_events: list[torch.cuda.Event] = []
+        self._ring_np: list[np.ndarray] = []  # numpy views of the ring (fast row writes)
+        self._ring_next = 0
         # Per request: logical pages below this index were all released (window trimming
         # resumes there instead of rescanning the row: O(1) per step).
         self._released_upto = [0] * max_requests
@@ -310,23 +319,31 @@ class PageAllocator:
     def flush(self) -> None:
         """Upload the block-table rows changed since the last flush (`deferred_sync=True`).
 
-        On CUDA: one gather of the changed rows into pinned memory, one asynchronous copy and
-        one `index_copy_` on the current stream; the pinned buffer is not reused before the
-        copy has run (PyTorch's caching host allocator records the stream). Must not be called
-        while a CUDA graph is being captured.
+        On CUDA: the rows from the first to the last changed one are copied into a pinned
+        snapshot buffer and go up in ONE asynchronous copy on the current stream. The
+        snapshot keeps the copy independent of later host changes (the device may run this
+        flush's step after the host planned the next one); each of the `FLUSH_RING` buffers
+        is reused only after its copy has run (its event). Must not be called while a CUDA
+        graph is being captured.
         """
         if not self._dirty:
             return
-        rows = sorted(self._dirty)
+        lo, hi = min(self._dirty), max(self._dirty) + 1
         self._dirty.clear()
         if self.block_table.device.type != "cuda":
-            for r in rows:
-                self.block_table[r].copy_(self._host[r])
+            self.block_table[lo:hi].copy_(self._host[lo:hi])
             return
-        idx = torch.tensor(rows, dtype=torch.int64)
-        staged = torch.cat([idx[:, None].to(torch.int32), self._host.index_select(0, idx)], 1)
-        dev = staged.pin_memory().to(self.device, non_blocking=True)
-        self.block_table.index_copy_(0, dev[:, 0].to(torch.int64), dev[:, 1:])
+        k = self._ring_next
+        self._ring_next = (k + 1) % FLUSH_RING
+        if len(self._ring) <= k:
+            self._ring.append(torch.empty_like(self._host, pin_memory=True))
+            self._ring_events.append(torch.cuda.Event())  # type: ignore[no-untyped-call]
+            self._ring_np.append(self._ring[k].numpy())
+        ev = self._ring_events[k]
+        ev.synchronize()  # the copy that last read this buffer has run (no-op before a record)
+        self._ring_np[k][lo:hi] = self._rows[lo:hi]
+        self.block_table[lo:hi].copy_(self._ring[k][lo:hi], non_blocking=True)
+        ev.record()
 
     @property
     def pending_sync(self) -> bool:

@@ -121,9 +121,10 @@ class HostBuffers:
         """Mark slot `k` in use by the copies just enqueued; returns their event."""
         if not self.pinned:
             return None
-        ev = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        ev = self._events[k]
+        if ev is None:  # one event per slot, re-recorded: its last record is the one waited on
+            ev = self._events[k] = torch.cuda.Event()  # type: ignore[no-untyped-call]
         ev.record()
-        self._events[k] = ev
         return ev
 
 

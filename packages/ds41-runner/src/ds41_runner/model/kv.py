@@ -11,6 +11,7 @@ Plus one `ds41_cache.Compressor` (per-request fp32 ring) per kv-source layer wit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -230,45 +231,66 @@ class KVState:
     def export_prefix(self, req: int, num_tokens: int) -> PrefixPages:
         """Hold the request's pages for positions `< num_tokens` (a multiple of page_size) and
         snapshot its compressor rings."""
+        return self.export_prefixes(req, [num_tokens])[0]
+
+    def export_prefixes(self, req: int, counts: Sequence[int]) -> list[PrefixPages]:
+        """`export_prefix(req, n)` for every n in `counts`, all checked before any page is
+        held (nothing changes on error). The handles share one snapshot of each compressor
+        ring and one copy of each partly filled compressed page: taken at the same moment,
+        they are equal, and a step that completes many prompt pages makes one device copy
+        per layer instead of one per page."""
         req = self._check_req(req)
         ps = self.page_size
-        if num_tokens <= 0 or num_tokens % ps:
-            raise ValueError(
-                f"num_tokens must be a positive multiple of page_size {ps}, got {num_tokens}"
-            )
-        n_pages = num_tokens // ps
-        first_needed = max(0, num_tokens - self.cfg.window + 1) // ps
+        plans: list[tuple[int, list[int], dict[int, list[int]], dict[int, int]]] = []
         row = self.window_alloc.pages_of(req)
-        if len(row) < n_pages or any(p < 0 for p in row[first_needed:n_pages]):
-            raise ValueError(
-                f"request {req} does not hold window pages for positions "
-                f"[{first_needed * ps}, {num_tokens}) (released or never reserved)"
-            )
-        window_pages = [NO_PAGE] * first_needed + row[first_needed:n_pages]
-        comp_pages: dict[int, list[int]] = {}
-        comp_tail: dict[int, dict[str, torch.Tensor]] = {}
-        for m, a in self.comp_alloc.items():
-            entries = num_tokens // m
-            full, rest = divmod(entries, ps)
-            crow = a.pages_of(req)
-            if len(crow) < full + (rest > 0):
+        comp_rows = {m: a.pages_of(req) for m, a in self.comp_alloc.items()}
+        for num_tokens in counts:
+            if num_tokens <= 0 or num_tokens % ps:
                 raise ValueError(
-                    f"request {req} holds no compressed pages for {entries} ratio-{m} entries"
+                    f"num_tokens must be a positive multiple of page_size {ps}, got {num_tokens}"
                 )
-            comp_pages[m] = crow[:full]
-            if rest:
-                tail = crow[full]
-                comp_tail[m] = {
-                    name: c.storage[tail].clone() for name, c in self._caches_of(m).items()
-                }
-        for p in window_pages:
-            if p != NO_PAGE:
-                self.window_alloc.incref(p)
-        for m, pages in comp_pages.items():
-            for p in pages:
-                self.comp_alloc[m].incref(p)
-        rings = {layer: c.state_snapshot(req) for layer, c in self.compressors.items()}
-        return PrefixPages(num_tokens, window_pages, comp_pages, comp_tail, rings)
+            n_pages = num_tokens // ps
+            first_needed = max(0, num_tokens - self.cfg.window + 1) // ps
+            if len(row) < n_pages or any(p < 0 for p in row[first_needed:n_pages]):
+                raise ValueError(
+                    f"request {req} does not hold window pages for positions "
+                    f"[{first_needed * ps}, {num_tokens}) (released or never reserved)"
+                )
+            window_pages = [NO_PAGE] * first_needed + row[first_needed:n_pages]
+            comp_pages: dict[int, list[int]] = {}
+            tails: dict[int, int] = {}
+            for m, crow in comp_rows.items():
+                full, rest = divmod(num_tokens // m, ps)
+                if len(crow) < full + (rest > 0):
+                    raise ValueError(
+                        f"request {req} holds no compressed pages for {num_tokens // m} "
+                        f"ratio-{m} entries"
+                    )
+                comp_pages[m] = crow[:full]
+                if rest:
+                    tails[m] = crow[full]
+            plans.append((num_tokens, window_pages, comp_pages, tails))
+        tail_copies: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
+        rings = (
+            {layer: c.state_snapshot(req) for layer, c in self.compressors.items()} if plans else {}
+        )
+        out = []
+        for num_tokens, window_pages, comp_pages, tails in plans:
+            comp_tail = {}
+            for m, tail in tails.items():
+                if (m, tail) not in tail_copies:
+                    tail_copies[m, tail] = {
+                        name: c.storage[tail].clone() for name, c in self._caches_of(m).items()
+                    }
+                comp_tail[m] = tail_copies[m, tail]
+            for p in window_pages:
+                if p != NO_PAGE:
+                    self.window_alloc.incref(p)
+            for m, pages in comp_pages.items():
+                for p in pages:
+                    self.comp_alloc[m].incref(p)
+            out.append(PrefixPages(num_tokens, window_pages, comp_pages, comp_tail, rings))
+        return out
 
     def import_prefix(self, handle: PrefixPages, dst_req: int) -> None:
         """Empty request `dst_req` starts with the handle's prefix cached (pages shared by
@@ -291,7 +313,9 @@ class KVState:
                 for name, cache in self._caches_of(m).items():
                     cache.storage[page].copy_(handle.comp_tail[m][name])
         for layer, comp in self.compressors.items():
-            comp.load_state(dst_req, handle.rings[layer])
+            # The snapshot came from export_prefix: no finiteness check (a host sync per
+            # layer, which would stall the engine's overlapped steps at every prefix hit).
+            comp.load_state(dst_req, handle.rings[layer], check_finite=False)
 
     def release_prefix(self, handle: PrefixPages) -> None:
         """Drop the handle's page references."""
