@@ -125,31 +125,52 @@ def main() -> None:
         "spill_bytes": stack,
         "shared_bytes": c.metadata.shared,
     }
-    slice_sig = dict.fromkeys(
-        ["score_ptr", "gmax_ptr", "nvis_ptr", "ckey_ptr", "cidx_ptr", "gid_ptr", "meta_ptr"], "*i32"
+    split_sig = dict.fromkeys(
+        [
+            "score_ptr",
+            "gmax_ptr",
+            "nvis_ptr",
+            "ckey_ptr",
+            "cidx_ptr",
+            "gid_ptr",
+            "meta_ptr",
+            "done_ptr",
+            "out_ptr",
+        ],
+        "*i32",
     )
-    slice_sig |= {"score_ptr": "*fp32"}
-    slice_sig |= dict.fromkeys(
-        ["n_cols", "score_stride_t", "gmax_stride_t", "c_stride_p", "gid_stride_t", "k"], "i32"
+    split_sig |= {"score_ptr": "*fp32"}
+    split_sig |= dict.fromkeys(
+        [
+            "n_cols",
+            "score_stride_t",
+            "gmax_stride_t",
+            "c_stride_p",
+            "gid_stride_t",
+            "out_stride_t",
+            "k",
+        ],
+        "i32",
     )
     for prune in (True, False):
         ce = dict(S=8, PRUNE=prune, K_PAD=k_pad, BATCH=batch, NGB=min(chunk, 4096), CHUNK=chunk)
         ce |= {"CCAP": triton.next_power_of_2(k_pad + batch) if prune else k_pad}
-        c, sass, regs, stack = compile_sm90(tk._slice_select_kernel, slice_sig, ce, [], 8)
-        report[f"split slice prune={prune}"] = {
+        c, sass, regs, stack = compile_sm90(tk._split_select_kernel, split_sig, ce, [], 8)
+        report[f"split select prune={prune}"] = {
             "registers": regs,
             "spill_bytes": stack,
             "shared_bytes": c.metadata.shared,
         }
-    merge_sig = dict.fromkeys(["ckey_ptr", "cidx_ptr", "meta_ptr", "out_ptr"], "*i32")
-    merge_sig |= dict.fromkeys(["c_stride_p", "out_stride_t", "k"], "i32")
+    row_sig = dict.fromkeys(["score_ptr", "nvis_ptr", "out_ptr"], "*i32") | {"score_ptr": "*fp32"}
+    row_sig |= dict.fromkeys(["n_cols", "score_stride_t", "out_stride_t", "k"], "i32")
     c, sass, regs, stack = compile_sm90(
-        tk._merge_slices_kernel, merge_sig, dict(S=8, K_PAD=k_pad), [], 8
+        tk._select_row_kernel, row_sig, dict(CHUNK=chunk, K_PAD=k_pad), [], 8
     )
-    report["split merge"] = {
+    report["one-chunk rows"] = {
         "registers": regs,
         "spill_bytes": stack,
         "shared_bytes": c.metadata.shared,
+        "barriers": sass.count("BAR.SYNC"),
     }
     for name, r in report.items():
         print(name, json.dumps(r))

@@ -10,7 +10,7 @@ from ds41_cache.outputs import empty
 from ds41_cache.paged import PagedCache
 from ds41_indexer import candidate_blocks, index_logits, index_topk, paged_index_topk
 from ds41_indexer.ops.logits.naive import visible_entries
-from ds41_indexer.ops.topk.triton_kernels import index_topk_triton
+from ds41_indexer.ops.topk.triton_kernels import done_counters, index_topk_triton
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -154,6 +154,26 @@ def test_gpu_topk_bitwise_equals_torch_reference(rows: int, n: int) -> None:
         if n > 4096:  # the split selector and one program per row, whatever the row count
             for split in (False, True):
                 assert torch.equal(index_topk_triton(logits, nv, k, empty, split=split), got)
+
+
+def test_gpu_split_selector_graph_replays_with_new_data() -> None:
+    """The split selector's last slice per row merges and resets the row's counter: a captured
+    call replayed on fresh scores each time (both slice kinds, 1 and 40 rows) == the torch
+    reference, and the counters are all zero afterwards."""
+    for rows, n in ((1, 131072 + 5), (40, 20000)):
+        logits = tie_heavy_rows(rows, n, seed=rows)
+        g = torch.Generator(device=CUDA).manual_seed(rows)
+        nv = torch.randint(n // 2, n + 1, (rows,), device=CUDA, generator=g, dtype=torch.int32)
+        index_topk(logits, nv, 512)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = index_topk(logits, nv, 512, validate=False)
+        for rep in range(3):
+            logits.copy_(tie_heavy_rows(rows, n, seed=rows + 100 * rep + 1).roll(rep, dims=0))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, index_topk(logits, nv, 512, backend="torch")), (rows, rep)
+        assert not bool(done_counters(rows, CUDA).any())
 
 
 def test_gpu_logits_and_topk_row_invariance_1_to_256_rows_and_graph() -> None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from ds41_cache.outputs import empty
 from ds41_indexer.ops.topk.triton_kernels import (
+    done_counters,
     index_topk_triton,
     k_pad_of,
     split_plan,
@@ -101,3 +102,27 @@ def test_split_matches_python_sort(
     )
     got = split_topk(rows, nv, k, 64, split=True)
     assert torch.equal(got, brute_topk_rows(rows, nv, k))
+
+
+def test_counters_left_zero_for_the_next_launch() -> None:
+    """The last slice of each row merges and sets the row's counter back to 0: back-to-back
+    launches of both slice kinds, with other rows and data, each give the Python sort's answer."""
+    for chunk, n, t in ((64, 1500, 3), (512, 1500, 2), (64, 700, 5)):
+        rows = torch.stack([make_row("levels" if i % 2 else "randn", n, 40 + i) for i in range(t)])
+        nv = torch.full((t,), n - 3, dtype=torch.int32)
+        got = split_topk(rows, nv, 5, chunk, split=True)
+        assert torch.equal(got, brute_topk_rows(rows, nv, 5)), (chunk, n, t)
+        assert not bool(done_counters(t, rows.device).any())
+
+
+def test_wide_counts_one_program() -> None:
+    """Sets of more than 2^15 keys count two cut points in one int64 (32-bit fields): distinct
+    rows (the search stops at an exact cut) and tie-heavy rows (it runs to the k-th key), with
+    a row of fewer than k visible entries."""
+    n = 40000
+    kinds = ["randn", "levels", "equal", "zeros", "ninf"]
+    rows = torch.stack([make_row(kind, n, 60 + i) for i, kind in enumerate(kinds)])
+    nv = torch.tensor([n, n - 1, n, 35000, 200], dtype=torch.int32)
+    for k in (3, 300):
+        got = index_topk_triton(rows, nv, k, empty, chunk=65536)
+        assert torch.equal(got, brute_topk_rows(rows, nv, k)), k

@@ -1,5 +1,8 @@
 """Issue 12 before/after in one process: `ds41_indexer_old` (the package before the change, a
-copy under another name) and `ds41_indexer` on the same sizes, caches and CUDA-graph timing."""
+copy under another name) and `ds41_indexer` on the same sizes, caches and CUDA-graph timing.
+`--sizes 4096:1,32768:64` picks (context, rows) pairs instead of the contexts x rows grid;
+`--floor` first times CUDA-graph replays of one and of two empty Triton kernels (what any
+one- or two-launch stage costs at least under this timing)."""
 
 from __future__ import annotations
 
@@ -9,8 +12,34 @@ from dataclasses import asdict
 
 import ds41_indexer_old.bench as old_bench  # type: ignore[import-not-found]
 import torch
+import triton
+import triton.language as tl
 
 import ds41_indexer.bench as new_bench
+
+
+@triton.jit
+def _empty_kernel(x_ptr):
+    if tl.program_id(0) < 0:
+        tl.store(x_ptr, 0)
+
+
+def launch_floor(iters: int) -> dict[str, float]:
+    """Median ms of a CUDA-graph replay holding one / two empty kernel launches."""
+    x = torch.zeros(1, device="cuda")
+
+    def one() -> None:
+        _empty_kernel[(1,)](x)
+
+    def two() -> None:
+        one()
+        one()
+
+    dev = torch.device("cuda")
+    return {
+        "one_launch_ms": new_bench._time(one, dev, iters),
+        "two_launches_ms": new_bench._time(two, dev, iters),
+    }
 
 
 def main() -> None:
@@ -19,21 +48,31 @@ def main() -> None:
     ap.add_argument("--contexts", default="4096,32768,131072,1048576")
     ap.add_argument("--rows", default="1,8,64,256")
     ap.add_argument("--iters", type=int, default=7)
+    ap.add_argument("--sizes", default=None, help="context:rows pairs, comma-separated")
     ap.add_argument("--skip-old", action="store_true")
+    ap.add_argument("--floor", action="store_true")
     a = ap.parse_args()
     dev = torch.device("cuda")
     rows = tuple(int(v) for v in a.rows.split(","))
+    if a.sizes:
+        pairs = [tuple(int(x) for x in v.split(":")) for v in a.sizes.split(",")]
+        plan = [(c, (r,)) for c, r in pairs]
+    else:
+        plan = [(int(c), rows) for c in a.contexts.split(",")]
     out: dict[str, object] = {"device": torch.cuda.get_device_name(), "old": [], "new": []}
+    if a.floor:
+        out["floor"] = launch_floor(max(a.iters, 20))
+        print("graph replay floor (ms):", out["floor"], flush=True)
     olds: list[dict[str, object]] = []
     news: list[dict[str, object]] = []
     print(new_bench.HEADER, flush=True)
-    for ctx in (int(v) for v in a.contexts.split(",")):
+    for ctx, sel in plan:
         if not a.skip_old:
             print("-- before", flush=True)
-            olds += [asdict(r) for r in old_bench.run((ctx,), rows, dev, a.iters)]
+            olds += [asdict(r) for r in old_bench.run((ctx,), sel, dev, a.iters)]
             torch.cuda.empty_cache()
         print("-- after", flush=True)
-        news += [asdict(r) for r in new_bench.run((ctx,), rows, dev, a.iters, check=True)]
+        news += [asdict(r) for r in new_bench.run((ctx,), sel, dev, a.iters, check=True)]
         torch.cuda.empty_cache()
         out["old"], out["new"] = olds, news
         if a.json:

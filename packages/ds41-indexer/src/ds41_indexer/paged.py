@@ -2,10 +2,10 @@
 
 Rows are scored in segments of entries (sized so the fp32 scratch `[T, segment]` stays under
 `SCRATCH_BYTES`); the logits kernel also writes each 64 entries' largest key. When a row is one
-segment, the split selector picks its winners with several programs per row (slices, then a
-merge); otherwise the group selector (one program per row) picks each segment's winners from
-those groups, starting from the running top-k of the entries before it, so no `[T, N]` tensor
-exists for long rows.
+segment, the split selector picks its winners with several programs per row (slices, the last
+one of each row merging); otherwise the group selector (one program per row) picks each
+segment's winners from those groups, starting from the running top-k of the entries before it,
+so no `[T, N]` tensor exists for long rows.
 The result equals `index_topk(index_logits(...))` of the same backend bitwise: every logit is
 computed by the same tile code, and the selection is exact under one total order.
 """

@@ -3,31 +3,36 @@
 
 Scores become order-preserving uint32 keys (larger key = larger score, -0.0 folded into +0.0).
 Every selection step finds the k-th largest key `thr` of a set held in registers in ascending
-entry order with a bitwise search (one bit per step, from the highest bit where a known lower
-and upper bound of the answer differ), takes every key above it and the keys equal to it in
-entry order until k (the "ties to the lower entry index" rule), and compacts the winners with a
-prefix sum, so they stay in ascending entry order. No sort of the row.
+entry order with a ternary search (`_kth_key`: two cut points counted in one reduction a step,
+so the bracket of the answer shrinks to a third a step; it stops as soon as exactly k keys are
+>= a cut point, which on the bench's 4K-entry rows took 8-12 steps where the bitwise search
+took 32), takes every key above it and the keys equal to it in entry order until k (the "ties to
+the lower entry index" rule; no tie rank is needed after an exact cut), and compacts the
+winners with a prefix sum, so they stay in ascending entry order. No sort of the row.
 
 A row of at most `CHUNK` entries is one program's set (`_select_row_kernel`). Longer rows start
 from the largest key of every GROUP consecutive entries (the logits kernel writes these group
 maxima itself when fused; `_group_max_kernel` otherwise). tau = the k-th largest group maximum
-(of buckets of consecutive groups when a row has many; its low TAU_LOW bits cleared) is a lower
+(of buckets of consecutive groups when a row has many; or a lower bound of it within TAU_SPAN
+key values) is a lower
 bound of the row's k-th largest key: only groups whose maximum is >= tau can hold a winner, and
 only their entries >= tau are gathered (typically ~k groups and ~k entries), then selected
 exactly. Two ways to run that:
 
 - the group selector (`_group_select_kernel`): one program per row, segment after segment with
   a running top-k (the fused call's long rows with many rows in flight);
-- the split selector (`_slice_select_kernel`, then `_merge_slices_kernel`): S programs per row,
-  each one the exact top-k of a slice (one chunk each for rows of at most S chunks, else a run
-  of groups pruned with the row's tau), written as a list of at most k entries; then one
-  program per row selects the top-k of the S lists (read in slice order, so in entry order).
-  A lone long row is then S SMs' work, not one's.
+- the split selector (`_split_select_kernel`, one launch): S programs per row, each one the
+  exact top-k of a slice (one chunk each for rows of at most S chunks, else a run of groups
+  pruned with the row's tau), written as a list of at most k entries; the last of a row's S
+  programs to finish (an atomic count per row, which it sets back to 0) selects the top-k of
+  the S lists (read in slice order, so in entry order). A lone long row is then S SMs' work,
+  not one's, without a second launch.
 
 The result depends on the row alone, whatever the strategy (chosen by shapes only): every step
-is exact under one total order, and a winner of the row is a winner of its slice. (A radix
-select, four 8-bit `tl.histogram` passes per chunk, was measured slower than the bitwise search
-on the H200: see `scripts/radix_select.py`.)
+is exact under one total order, and a winner of the row is a winner of its slice; whichever
+program merges reads the same published lists. (A radix select, four 8-bit `tl.histogram`
+passes per chunk, was measured slower than the bitwise search on the H200: see
+`scripts/radix_select.py`.)
 """
 
 from collections.abc import Callable, Sequence
@@ -49,30 +54,66 @@ def _score_to_key(x):
 
 
 @triton.jit
-def _select_chunk(key, valid, k):
-    """(key uint32 [C], valid bool [C]) -> (take bool [C], slot int32 [C], kk int32, thr).
+def _kth_key(key, kk, lo, hi, span: tl.constexpr):
+    """The kk-th largest of the keys (uint32 [C], invalid ones 0), known to lie in [lo, hi]
+    (uint32 scalars, 1 <= kk keys >= lo; or kk = 0 and hi = 0) -> (thr uint32, exact).
 
-    Row order is entry order, so the tie rule is a rank among the keys equal to the threshold
-    `thr` (the kk-th largest key).
-    """
-    return _select_keys(key, valid, k, tl.zeros((), tl.uint32))
+    Each step counts the keys >= two cut points, at a third and two thirds of [lo, hi], in one
+    reduction and keeps the third that holds the answer. It stops early when exactly kk keys
+    are >= a cut point: those keys are the selection (no tie straddles the cut), `exact` is 1
+    and thr is that cut point (a lower bound of the kk-th largest key). Else thr is the kk-th
+    largest key (span 1), or the lower end of a bracket narrower than `span` (a lower bound of
+    it, found in fewer steps). The cut points are >= lo + 1 >= 1, so invalid keys never count."""
+    lo = lo.to(tl.uint32)
+    hi = hi.to(tl.uint32)
+    thr = lo
+    exact = tl.zeros((), tl.int32)
+    while (hi - lo >= span) & (exact == 0):
+        third = (hi - lo) // 3 + 1
+        c1 = lo + third
+        c2 = c1 + tl.minimum(third, hi - c1)
+        # Both counts in one reduction: 16-bit fields of an int32 (32-bit fields of an int64
+        # for sets of more than 2^15 keys). Inline: the interpreter pays per helper call.
+        if key.shape[0] > 32768:
+            both = (key >= c1).to(tl.int64) + ((key >= c2).to(tl.int64) << 32)
+            sums = tl.sum(both, axis=0)
+            n1 = (sums & 0xFFFFFFFF).to(tl.int32)
+            n2 = (sums >> 32).to(tl.int32)
+        else:
+            sums = tl.sum((key >= c1).to(tl.int32) + ((key >= c2).to(tl.int32) << 16), axis=0)
+            n1 = sums & 0xFFFF
+            n2 = sums >> 16
+        up1 = n1 >= kk
+        up2 = n2 >= kk
+        exact = ((n1 == kk) | (n2 == kk)).to(tl.int32)
+        thr = tl.where(n2 == kk, c2, c1)
+        hi = tl.where(up2, hi, tl.where(up1, c2 - 1, c1 - 1))
+        lo = tl.where(up2, c2, tl.where(up1, c1, lo))
+    return tl.where(exact != 0, thr, lo), exact
 
 
 @triton.jit
-def _select_keys(key, valid, k, lo):
-    """`_select_chunk` when `lo` is a lower bound of the k-th largest key whenever at least k
-    keys are valid (0 when unknown)."""
+def _select_keys(key, valid, k, lo, n_valid):
+    """(key uint32 [C], valid bool [C]) in ascending entry order, n_valid = number of valid keys,
+    `lo` a lower bound of the k-th largest valid key when n_valid >= k (else any value) ->
+    (take bool [C], slot int32 [C], kk int32, thr): the kk = min(k, n_valid) winners, each
+    one's slot among them (entry order), and a lower bound thr of the kk-th largest key.
+
+    Row order is entry order, so the tie rule is a rank among the keys equal to the kk-th largest
+    key; it is needed only when the search did not stop at an exact cut (ties straddle it)."""
     key = tl.where(valid, key, 0)
-    n_valid = tl.sum(valid.to(tl.int32), axis=0)
     kk = tl.minimum(n_valid, k)
     hi = tl.max(key, axis=0)
     lo = tl.where(n_valid >= k, tl.minimum(lo, hi), 0).to(tl.uint32)
-    thr = _threshold_in(key, valid, kk, lo, hi, 0)
-    gt = valid & (key > thr)
-    eq = valid & (key == thr)
-    n_gt = tl.sum(gt.to(tl.int32), axis=0)
-    eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
-    take = gt | (eq & (eq_rank <= kk - n_gt))
+    thr, exact = _kth_key(key, kk, lo, hi, 1)
+    if exact != 0:
+        take = valid & (key >= thr)
+    else:
+        gt = valid & (key > thr)
+        eq = valid & (key == thr)
+        n_gt = tl.sum(gt.to(tl.int32), axis=0)
+        eq_rank = tl.cumsum(eq.to(tl.int32), axis=0)
+        take = gt | (eq & (eq_rank <= kk - n_gt))
     slot = tl.cumsum(take.to(tl.int32), axis=0) - 1
     return take, slot, kk, thr
 
@@ -91,12 +132,13 @@ def _select_row_kernel(
 ):
     """A row of at most CHUNK fp32/bf16 scores -> its top-k entries [k] (ascending, then -1)."""
     t = tl.program_id(0).to(tl.int64)
-    n_vis = tl.load(nvis_ptr + t)
     cols = tl.arange(0, CHUNK)
-    valid = (cols < n_cols) & (cols < n_vis)
-    x = tl.load(score_ptr + t * score_stride_t + cols, mask=valid, other=0.0).to(tl.float32)
-    key = _score_to_key(x)
-    take, slot, kk, _ = _select_chunk(key, valid, k)
+    # The scores load does not wait for n_visible (columns past it are read, then masked).
+    x = tl.load(score_ptr + t * score_stride_t + cols, mask=cols < n_cols, other=0.0)
+    n_vis = tl.minimum(tl.maximum(tl.load(nvis_ptr + t), 0), n_cols)
+    valid = cols < n_vis
+    key = _score_to_key(x.to(tl.float32))
+    take, slot, kk, _ = _select_keys(key, valid, k, tl.zeros((), tl.uint32), n_vis)
     tl.store(out_ptr + t * out_stride_t + slot, cols, mask=take)
     fill = tl.arange(0, K_PAD)
     tl.store(
@@ -158,7 +200,8 @@ def index_topk_triton(
     """logits [T, N] f32|bf16, n_visible int32 [T] -> int32 [T, k] (allocated through `empty`).
 
     A row of at most `chunk` entries is one program's chunk. Longer rows take the split
-    selector (slices of each row in parallel, then a merge; `use_split` by shape, or `split`)
+    selector (slices of each row in parallel, the last one merging; `use_split` by shape, or
+    `split`)
     or the group selector (one program per row); both start from the group maxima when rows
     are long enough to prune."""
     t, n = logits.shape
@@ -212,56 +255,16 @@ def _group_max_kernel(
 
 
 @triton.jit
-def _high_step(x, b, sh: tl.constexpr):
-    up = (x >> sh) != 0
-    return tl.where(up, x >> sh, x), tl.where(up, b + sh, b)
-
-
-@triton.jit
-def _high_bit(x):
-    """Index of the highest set bit of a nonzero uint32 scalar (a 5-step binary search)."""
-    b = tl.zeros((), dtype=tl.int32)
-    x, b = _high_step(x, b, 16)
-    x, b = _high_step(x, b, 8)
-    x, b = _high_step(x, b, 4)
-    x, b = _high_step(x, b, 2)
-    x, b = _high_step(x, b, 1)
-    return b
-
-
-@triton.jit
-def _threshold_in(key, valid, kk, lo, hi, low):
-    """The kk-th largest valid key (uint32 [C]), known to lie in [lo, hi] (uint32 scalars,
-    lo <= hi): the bits the two share are fixed, a bitwise search runs over the rest, one bit a
-    step from the highest. With `low` > 0 the search stops above bit `low` and the answer's
-    lower bits are 0: the largest such value with at least kk keys >= it (a lower bound of the
-    kk-th largest key, found in fewer steps)."""
-    key = tl.where(valid, key, 0)
-    x = lo ^ hi
-    one = tl.full((), 1, tl.uint32)
-    nb = tl.where(x == 0, 0, _high_bit(x) + 1)
-    thr = tl.where(nb >= 32, 0, (hi >> nb) << nb).to(tl.uint32)
-    # (while loops: runtime bounds that the interpreter also accepts)
-    bit = nb - 1
-    while bit >= low:
-        cand = thr | (one << bit)
-        cnt = tl.sum((key >= cand).to(tl.int32), axis=0)
-        thr = tl.where(cnt >= kk, cand, thr)
-        bit -= 1
-    return thr
-
-
-@triton.jit
 def _select_region(key_ptr, idx_ptr, n_used, k, lo, CCAP: tl.constexpr):
     """Exact top-k of the first n_used slots of a candidate region (idx -1 = empty slot; valid
     slots in ascending entry order), `lo` a lower bound of the k-th largest key (or 0) ->
-    (take, slot, kk, key, idx) as `_select_chunk`."""
+    (take, slot, kk, key, idx) as `_select_keys`."""
     offs = tl.arange(0, CCAP)
     idx = tl.load(idx_ptr + offs, mask=offs < n_used, other=-1)
     valid = idx >= 0
     key = tl.load(key_ptr + offs, mask=valid, other=0).to(tl.uint32, bitcast=True)
     key = tl.where(valid, key, 0)
-    take, slot, kk, _ = _select_keys(key, valid, k, lo)
+    take, slot, kk, _ = _select_keys(key, valid, k, lo, tl.sum(valid.to(tl.int32), axis=0))
     return take, slot, kk, key, idx
 
 
@@ -302,17 +305,17 @@ def _append(ckey, cidx, used, key, cand, entry, k, K_PAD: tl.constexpr, CCAP: tl
     return used + cnt
 
 
-TAU_LOW = tl.constexpr(16)
-"""tau keeps the high 32 - TAU_LOW bits of the k-th largest bucket maximum (fewer search steps;
-a bucket maximum is at most 2^-7 relatively above the truncated value)."""
+TAU_SPAN = tl.constexpr(1 << 16)
+"""The search for tau stops once its bracket is narrower than this many key values (fewer
+steps; the k-th largest bucket maximum is then at most ~2^-7 relatively above tau)."""
 
 
 @triton.jit
 def _row_tau(gmax, ng, k, NGB: tl.constexpr):
     """A lower bound tau of the k-th largest visible key of a row (part) from its ng group maxima
     (int32 bits at `gmax`): the k-th largest of the bucket maxima (a bucket = one or more
-    consecutive groups, at most NGB buckets) with its low TAU_LOW bits cleared when at least k
-    buckets hold visible entries, else 1 (every visible key is >= 1)."""
+    consecutive groups, at most NGB buckets), or a lower bound of it within TAU_SPAN key values,
+    when at least k buckets hold visible entries, else 1 (every visible key is >= 1)."""
     per = tl.maximum((ng + NGB - 1) // NGB, 1)
     nb = (ng + per - 1) // per
     b = tl.arange(0, NGB)
@@ -326,7 +329,7 @@ def _row_tau(gmax, ng, k, NGB: tl.constexpr):
     tau = tl.full((), 1, tl.uint32)
     if nb >= k:
         lo = tl.min(tl.where(b < nb, bmax, tl.full((), 0xFFFFFFFF, tl.uint32)), axis=0)
-        tau = _threshold_in(bmax, b < nb, k, lo, tl.max(bmax, axis=0), TAU_LOW)
+        tau, _ = _kth_key(bmax, k, lo, tl.max(bmax, axis=0), TAU_SPAN)
     return tau
 
 
@@ -461,7 +464,37 @@ def _group_select_kernel(
 
 
 @triton.jit
-def _slice_select_kernel(
+def _merge_slices(ckey_ptr, cidx_ptr, meta_ptr, out_ptr, t, c_stride_p, out_stride_t, k, S, K_PAD):
+    """The exact top-k of row t's S slice lists (in slice order, so in ascending entry order)
+    -> out [k] (ascending, then -1). Reads only what every slice program has published, so the
+    result is the same whichever program runs it. The largest of the slices' lower bounds
+    bounds the row's k-th largest key from below. Loads go to L2 (`.cg`): the lists were written
+    by other SMs during this launch."""
+    offs = tl.arange(0, S * K_PAD)
+    p = t * S + offs // K_PAD
+    j = offs % K_PAD
+    first = tl.load(meta_ptr + p * 4, cache_modifier=".cg")
+    count = tl.load(meta_ptr + p * 4 + 1, cache_modifier=".cg")
+    valid = j < count
+    at = p * c_stride_p + first + j
+    idx = tl.load(cidx_ptr + at, mask=valid, other=-1, cache_modifier=".cg")
+    key = tl.load(ckey_ptr + at, mask=valid, other=0, cache_modifier=".cg")
+    key = key.to(tl.uint32, bitcast=True)
+    sl = t * S + tl.arange(0, S)
+    lo = tl.load(meta_ptr + sl * 4 + 2, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+    n_valid = tl.sum(tl.load(meta_ptr + sl * 4 + 1, cache_modifier=".cg"), axis=0)
+    take, slot, kk, _ = _select_keys(key, valid, k, tl.max(lo, axis=0), n_valid)
+    tl.store(out_ptr + t * out_stride_t + slot, idx, mask=take)
+    fill = tl.arange(0, K_PAD)
+    tl.store(
+        out_ptr + t * out_stride_t + fill,
+        tl.full((K_PAD,), -1, tl.int32),
+        mask=(fill >= kk) & (fill < k),
+    )
+
+
+@triton.jit
+def _split_select_kernel(
     score_ptr,
     gmax_ptr,
     nvis_ptr,
@@ -469,11 +502,14 @@ def _slice_select_kernel(
     cidx_ptr,
     gid_ptr,
     meta_ptr,
+    done_ptr,
+    out_ptr,
     n_cols,
     score_stride_t,
     gmax_stride_t,
     c_stride_p,
     gid_stride_t,
+    out_stride_t,
     k,
     S: tl.constexpr,
     PRUNE: tl.constexpr,
@@ -483,10 +519,11 @@ def _slice_select_kernel(
     NGB: tl.constexpr,
     CHUNK: tl.constexpr,
 ):
-    """First launch of the split selector, program (t, s): the exact top-k of slice s of row t
-    (or the part of it that can hold a winner of the row), a list of at most k entries
-    (ascending) in the program's candidate region, described by meta = (first slot, count,
-    lower bound of the row's k-th largest key, -).
+    """The split selector, program (t, s): the exact top-k of slice s of row t (or the part of
+    it that can hold a winner of the row), a list of at most k entries (ascending) in the
+    program's candidate region, described by meta = (first slot, count, lower bound of the
+    row's k-th largest key, -). The last of the row's S programs to finish (an atomic count in
+    done[t], which it sets back to 0 for the next launch) merges the S lists into out [k].
 
     PRUNE: slice s is the s-th of S runs of consecutive groups; tau (`_row_tau` over the whole
     row, the same in every slice) picks the groups and entries that can hold a winner; when more
@@ -529,10 +566,11 @@ def _slice_select_kernel(
         lo = tau
     else:
         cols = s * CHUNK + tl.arange(0, CHUNK)
+        x = tl.load(row + cols, mask=cols < n_cols, other=0.0)
         valid = cols < n_here
-        x = tl.load(row + cols, mask=valid, other=0.0).to(tl.float32)
-        key = _score_to_key(x)
-        take, slot, count, thr = _select_chunk(key, valid, k)
+        key = _score_to_key(x.to(tl.float32))
+        n_valid = tl.minimum(tl.maximum(n_here - s * CHUNK, 0), CHUNK)
+        take, slot, count, thr = _select_keys(key, valid, k, tl.zeros((), tl.uint32), n_valid)
         tl.store(cidx + slot, cols, mask=take)
         tl.store(ckey + slot, key.to(tl.int32, bitcast=True), mask=take)
         first = tl.full((), 0, tl.int32)
@@ -540,43 +578,15 @@ def _slice_select_kernel(
     tl.store(meta_ptr + p * 4, first)
     tl.store(meta_ptr + p * 4 + 1, count)
     tl.store(meta_ptr + p * 4 + 2, lo.to(tl.int32, bitcast=True))
-
-
-@triton.jit
-def _merge_slices_kernel(
-    ckey_ptr,
-    cidx_ptr,
-    meta_ptr,
-    out_ptr,
-    c_stride_p,
-    out_stride_t,
-    k,
-    S: tl.constexpr,
-    K_PAD: tl.constexpr,
-):
-    """Second launch of the split selector, one program per row: the exact top-k of the S
-    slice lists (in slice order, so in ascending entry order) -> out [k] (ascending, then -1).
-    The largest of the slices' lower bounds bounds the row's k-th largest key from below."""
-    t = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, S * K_PAD)
-    p = t * S + offs // K_PAD
-    j = offs % K_PAD
-    first = tl.load(meta_ptr + p * 4)
-    count = tl.load(meta_ptr + p * 4 + 1)
-    valid = j < count
-    at = p * c_stride_p + first + j
-    idx = tl.load(cidx_ptr + at, mask=valid, other=-1)
-    key = tl.load(ckey_ptr + at, mask=valid, other=0).to(tl.uint32, bitcast=True)
-    sl = t * S + tl.arange(0, S)
-    lo = tl.max(tl.load(meta_ptr + sl * 4 + 2).to(tl.uint32, bitcast=True), axis=0)
-    take, slot, kk, _ = _select_keys(key, valid, k, lo)
-    tl.store(out_ptr + t * out_stride_t + slot, idx, mask=take)
-    fill = tl.arange(0, K_PAD)
-    tl.store(
-        out_ptr + t * out_stride_t + fill,
-        tl.full((K_PAD,), -1, tl.int32),
-        mask=(fill >= kk) & (fill < k),
-    )
+    # Publish the list, then count this slice in: every thread's stores come before the
+    # barrier, the barrier before the (gpu-scope release) increment.
+    tl.debug_barrier()
+    done = tl.atomic_add(done_ptr + t, 1, sem="acq_rel", scope="gpu")
+    if done == S - 1:
+        tl.store(done_ptr + t, 0)
+        _merge_slices(
+            ckey_ptr, cidx_ptr, meta_ptr, out_ptr, t, c_stride_p, out_stride_t, k, S, K_PAD
+        )
 
 
 def gather_batch(chunk: int) -> int:
@@ -661,10 +671,11 @@ SPLIT_MAX_ROWS = 64
 """Rows up to which a long row (one segment) may take the split selector."""
 SPLIT_MAX_ENTRIES = 64 * 32768
 """Most entries (rows x row length) the split selector takes. Measured on the H200 (CUDA
-graph, `scripts/issue12/topk_variants.py`): one row at 32K / 128K / 1M entries 29 / 34 / 40 us
-split vs 55 / 58 / 71 us one program per row; 64 rows at 32K 52 vs 72 us, but at 128K 82 vs 69
-and at 1M 184 vs 165: past ~2M entries the group selector already fills the SMs and the
-split's extra merge launch and slice lists cost more than they save."""
+graph, with the merge then a second launch and the bitwise search; `topk_variants.py` at
+8501892): one row at 32K / 128K / 1M entries 29 / 34 / 40 us split vs 55 / 58 / 71 us one
+program per row; 64 rows at 32K 52 vs 72 us, but at 128K 82 vs 69 and at 1M 184 vs 165: past
+~2M entries the group selector already fills the SMs and the slice lists cost more than they
+save. Not re-tuned since the merge moved into the slice launch."""
 
 
 def use_split(t: int, n: int, chunk: int) -> bool:
@@ -720,6 +731,32 @@ def selection_scratch(
     return None, scratch, scratch[0]
 
 
+_DONE: dict[torch.device, torch.Tensor] = {}
+"""Per device, the split selector's per-row slice counters (all zeros between launches). A
+buffer outgrown is kept alive: CUDA graphs captured with it still use it."""
+_DONE_KEPT: list[torch.Tensor] = []
+
+
+def done_counters(t: int, device: torch.device) -> torch.Tensor:
+    """int32 [>= t] zeros for the split selector's slice counts of t rows on `device`. Each launch
+    counts its slices in and the last slice of a row sets the row's count back to 0, so one
+    buffer serves every launch and CUDA-graph replay on the device without a reset launch; two
+    split selections on one device must therefore not run at the same time (on streams not
+    ordered with each other). Under graph capture a missing buffer is made for that graph alone
+    (its zero fill is captured, so it is zero before every replay)."""
+    have = _DONE.get(device)
+    if have is not None and have.shape[0] >= t:
+        return have
+    size = max(int(triton.next_power_of_2(t)), SPLIT_MAX_ROWS)
+    buf = torch.zeros(size, dtype=torch.int32, device=device)
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return buf
+    if have is not None:
+        _DONE_KEPT.append(have)
+    _DONE[device] = buf
+    return buf
+
+
 def split_select(
     scores: torch.Tensor,
     n_visible: torch.Tensor,
@@ -729,12 +766,12 @@ def split_select(
     scratch: SplitScratch,
     out: torch.Tensor,
 ) -> None:
-    """Top-k of rows of scores [T, n > chunk] (entry = column) in two launches: the slices
-    (group maxima in scratch[0] when `split_plan` prunes), then one merge per row -> out."""
+    """Top-k of rows of scores [T, n > chunk] (entry = column) in one launch: the slices (group
+    maxima in scratch[0] when `split_plan` prunes), the last slice of each row merging -> out."""
     gmax, ckey, cidx, gids, meta = scratch
     t, n = scores.shape
     prune, slices = split_plan(n, k_pad, chunk)
-    _slice_select_kernel[(t, slices)](
+    _split_select_kernel[(t, slices)](
         scores,
         gmax,
         n_visible,
@@ -742,11 +779,14 @@ def split_select(
         cidx,
         gids,
         meta,
+        done_counters(t, scores.device),
+        out,
         n,
         scores.stride(0),
         gmax.stride(0),
         ckey.stride(0),
         gids.stride(0),
+        out.stride(0),
         k,
         S=slices,
         PRUNE=prune,
@@ -755,17 +795,5 @@ def split_select(
         BATCH=gather_batch(chunk),
         NGB=min(chunk, 4096),
         CHUNK=chunk,
-        num_warps=8,
-    )
-    _merge_slices_kernel[(t,)](
-        ckey,
-        cidx,
-        meta,
-        out,
-        ckey.stride(0),
-        out.stride(0),
-        k,
-        S=slices,
-        K_PAD=k_pad,
         num_warps=8,
     )
