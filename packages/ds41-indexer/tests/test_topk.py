@@ -103,7 +103,7 @@ def test_group_selector_buckets_and_reductions(split: bool) -> None:
     groups), tie-heavy rows whose candidates overflow the region (several reductions), a row
     whose finite scores sit in fewer than k groups, and mostly -inf rows; one program per row
     and the split selector (slices that reduce their own candidates, then the merge)."""
-    n = 6000
+    n = 4500  # 71 groups of 64: still more than the bucket registers
     logits = tie_rows(n, 7)
     spread = torch.full((n,), float("-inf"))
     spread[torch.arange(0, n, 97)] = torch.randn(
