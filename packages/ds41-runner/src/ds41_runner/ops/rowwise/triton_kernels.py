@@ -70,25 +70,18 @@ def vocab_partials_kernel(
     TARGETS: tl.constexpr,
 ):
     # One program per (row, segment): the order of every reduction depends on the segment
-    # length only. Fields as ops.vocab.PARTIAL_FIELDS.
+    # length only. Fields as ops.vocab.PARTIAL_FIELDS. Pass 1: the max and the best score;
+    # pass 2: the sum of exp(x - max).
     row = tl.program_id(0)
     sg = tl.program_id(1)
     cols = tl.arange(0, BLOCK)
     base = x_ptr + row * stride_x + sg * seg_len
     out = out_ptr + (row * nseg + sg) * 6
+    id0 = v0 + sg * seg_len
     mx = tl.full((BLOCK,), float("-inf"), tl.float32)
-    for t in range(0, TILES):
-        c = t * BLOCK + cols
-        x = tl.load(base + c, mask=c < seg_len, other=float("-inf"))
-        mx = tl.maximum(mx, x)
-    m = tl.max(mx, axis=0)
-    acc = tl.zeros((BLOCK,), tl.float32)
-    for t in range(0, TILES):
-        c = t * BLOCK + cols
-        x = tl.load(base + c, mask=c < seg_len, other=float("-inf"))
-        acc += tl.exp(x - m)
-    tl.store(out, m)
-    tl.store(out + 1, tl.sum(acc, axis=0))
+    best = tl.full((BLOCK,), float("-inf"), tl.float32)
+    bidx = tl.full((BLOCK,), 2147483647, tl.int32)
+    bx = tl.zeros((BLOCK,), tl.float32)
     if SAMPLE:
         temp = tl.load(temp_ptr + row)
         seed = tl.load(seed_ptr + row)
@@ -97,14 +90,12 @@ def vocab_partials_kernel(
         p = (tl.load(posn_ptr + row).to(tl.int64) & 0xFFFFFFFF).to(tl.uint32)
         greedy = temp <= 0
         safe_t = tl.where(greedy, 1.0, temp)
-        id0 = v0 + sg * seg_len
-        best = tl.full((BLOCK,), float("-inf"), tl.float32)
-        bidx = tl.full((BLOCK,), 2147483647, tl.int32)
-        bx = tl.zeros((BLOCK,), tl.float32)
-        for t in range(0, TILES):
-            c = t * BLOCK + cols
-            ok = c < seg_len
-            x = tl.load(base + c, mask=ok, other=float("-inf"))
+    for t in range(0, TILES):
+        c = t * BLOCK + cols
+        ok = c < seg_len
+        x = tl.load(base + c, mask=ok, other=float("-inf"))
+        mx = tl.maximum(mx, x)
+        if SAMPLE:
             ids = id0 + c
             h = _fmix32(((ids.to(tl.int64) + 0x9E3779B9) & 0xFFFFFFFF).to(tl.uint32))
             h = _fmix32(h ^ p)
@@ -122,6 +113,15 @@ def vocab_partials_kernel(
             best = tl.where(upd, score, best)
             bidx = tl.where(upd, ids, bidx)
             bx = tl.where(upd, x, bx)
+    m = tl.max(mx, axis=0)
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for t in range(0, TILES):
+        c = t * BLOCK + cols
+        x = tl.load(base + c, mask=c < seg_len, other=float("-inf"))
+        acc += tl.exp(x - m)
+    tl.store(out, m)
+    tl.store(out + 1, tl.sum(acc, axis=0))
+    if SAMPLE:
         top = tl.max(best, axis=0)
         idx = tl.min(tl.where(best == top, bidx, 2147483647), axis=0)
         # No finite score (e.g. all -inf): the segment's first id, as torch.argmax.
