@@ -170,6 +170,14 @@ def _measure(model: Model, args: argparse.Namespace, tp: int) -> dict[str, Any]:
         out[kind] = {"ms": statistics.median(ms), "ms_min": min(ms), "how": how}
         if tp > 1:
             out[kind]["comm_ms"] = _comm_ms(step_model, kv, inputs, args.iters)
+        if kind == "decode" and args.compare_forward and args.head == "pick":
+            # The same decode step ending in the full log-prob rows (the logits gathered at
+            # TP > 1): the head's share, measured in this process.
+            fwd = _Step(model, kind, rows, "forward", args.temperature)
+            ms, how = _timed_step(fwd, kv, inputs, args)
+            out["decode_forward"] = {"ms": statistics.median(ms), "ms_min": min(ms), "how": how}
+            if tp > 1:
+                out["decode_forward"]["comm_ms"] = _comm_ms(fwd, kv, inputs, args.iters)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         out["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
@@ -193,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         help="pick: the engine's sampling head (vocabulary partials); forward: full log-probs",
     )
     p.add_argument("--temperature", type=float, default=1.0, help="of every logit row (pick)")
+    p.add_argument(
+        "--compare-forward",
+        action="store_true",
+        help="also time the decode step with --head forward in the same process",
+    )
     p.add_argument("--timeout-s", type=float, default=240.0)
     p.add_argument("--json", default=None)
     p.add_argument(
@@ -258,9 +271,14 @@ def _report(res: dict[str, Any]) -> None:
           f"NCCL_PROTO {res['nccl_proto']}")  # fmt: skip
     print("| step | TP | ms (median) | vs TP=1 | comm ms | comm share | timed as |")
     print("|---|--:|--:|--:|--:|--:|---|")
-    for kind in ("decode", "prefill"):
+    kinds = ["decode", "prefill"]
+    if any("decode_forward" in r for r in runs.values()):
+        kinds.insert(1, "decode_forward")
+    for kind in kinds:
         base = runs.get(1, {}).get(kind, {}).get("ms")
         for tp, r in sorted(runs.items()):
+            if kind not in r:
+                continue
             s = r[kind]
             ratio = f"{s['ms'] / base:.2f}x" if base else "-"
             comm = s.get("comm_ms")
