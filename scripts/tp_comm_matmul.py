@@ -4,7 +4,8 @@
 
 1. all_gather (NCCL, as `TPGroup.all_gather`) of the per-rank sizes a decode step exchanges,
    each replayed 20 times in a CUDA graph (median us per gather). Run it under different
-   NCCL_PROTO settings to compare protocols (the environment is recorded).
+   NCCL_PROTO settings to compare protocols (the environment is recorded; unset, the launcher
+   uses LL128, `parallel.dist`; `NCCL_PROTO=LL,LL128,Simple` is NCCL's own choice).
 2. rank 0 only: the invariant matmul on the TP=2 shard shapes at 64 rows, one program per tile
    against the split launch (same bits, `launch_matmul(split=...)`), CUDA-graph medians.
 A measurement script: nothing is asserted.
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         "wo_b/w2 half total f32 64x5120": ((64, 5120), torch.float32),
         "wo_b/w2 two segments f32 2x64x5120": ((2, 64, 5120), torch.float32),
         "lm_head logits f32 64x64640": ((64, 64640), torch.float32),
+        "vocab partials f32 64x32x6": ((64, 32, 6), torch.float32),
         "embed rows bf16 64x5120": ((64, 5120), torch.bfloat16),
         "bf16 64x5120 (an all_reduce's bytes)": ((64, 5120), torch.bfloat16),
     }

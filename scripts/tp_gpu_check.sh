@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Two GPUs (device kind nvidia-h200-x2), one call:
-#   1. the `gpu2` test (flash_mini, TP=2 == TP=1 bitwise for nvfp4_ds_mla and fp8_ds_mla);
+#   1. the `gpu2` test (flash_mini, TP=2 == TP=1 bitwise for nvfp4_ds_mla and fp8_ds_mla, and
+#      for greedy / temperature / top-k / top-p requests), then the vocabulary-partials kernel
+#      tests on the GPU (test_ops_vocab / test_ops_rowwise, marked interpreter);
 #   2. the tensor-parallel benchmark (flash_wide, TP=1 vs TP=2, decode + prefill, comm);
 #   3. the decode-step profile at TP=1 and TP=2 (scripts/tp_profile.py);
-#   4. all_gather times of the step's sizes under NCCL's default protocol choice, Simple and
-#      LL128, and the invariant matmul on the TP=2 shard shapes (scripts/tp_comm_matmul.py);
-#   5. if a protocol gathers the step's sizes >= 10% faster than the default, the TP=2 benchmark
-#      again under it (--skip-tp1);
+#   4. all_gather times of the step's sizes under NCCL's own protocol choice
+#      (NCCL_PROTO=LL,LL128,Simple), Simple and LL128, and the invariant matmul on the TP=2
+#      shard shapes (scripts/tp_comm_matmul.py);
+#   5. if a protocol gathers the step's sizes >= 10% faster than LL128 (the launcher's default
+#      since branch tp4, `parallel.dist`), the TP=2 benchmark again under it (--skip-tp1);
 #   6. the matmul's `gpu` tests (split == one program == row alone, bitwise, flash_mini shapes).
 # Each step runs only if enough of TP_TOTAL seconds is left. At the end every JSON result is
 # merged into OUTDIR/tp_results.json and every log into OUTDIR/tp_all.log (the device tool
@@ -40,10 +43,15 @@ step() {  # step NAME MIN_SECONDS COMMAND...: run COMMAND under what is left, lo
   timeout "$l" "$@" > "$OUT/$name.log" 2>&1
   echo "$name: rc $? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/$name.log"
 }
+# The vocabulary partials kernel on the GPU against the torch path and float64 (ops.vocab).
+step gpu_vocab 20 python3 -m pytest -q -m interpreter -p no:cacheprovider \
+  packages/ds41-runner/tests/test_ops_vocab.py packages/ds41-runner/tests/test_ops_rowwise.py
+tail -2 "$OUT/gpu_vocab.log"
 step tp_bench 40 $RUN2 -m ds41_runner.tp_bench --json "$OUT/tp_bench.json" ${TP_BENCH_ARGS:-}
-tail -9 "$OUT/tp_bench.log"
+tail -12 "$OUT/tp_bench.log"
 step tp_profile 60 $RUN2 scripts/tp_profile.py --steps 2 --out "$OUT/tp_profile.txt"
-step comm_default 15 $RUN2 scripts/tp_comm_matmul.py --json "$OUT/comm_default.json"
+step comm_default 15 env NCCL_PROTO=LL,LL128,Simple $RUN2 scripts/tp_comm_matmul.py \
+  --json "$OUT/comm_default.json"
 for proto in Simple LL128; do
   step "comm_$proto" 12 env NCCL_PROTO=$proto $RUN2 scripts/tp_comm_matmul.py --no-matmul \
     --json "$OUT/comm_$proto.json"
@@ -52,22 +60,24 @@ cat "$OUT"/comm_*.log | grep -v "^\*\|OMP_NUM\|^$"
 best=$(python3 - "$OUT" <<'EOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
-def cost(p):  # one decode step's gathers: 16 half totals, the logits, the embedding rows
+def cost(p):  # one decode step's gathers: 16 half totals, the vocab partials, the embedding rows
     g = json.loads(p.read_text())["gather_us"]
-    return 16 * g["wo_b/w2 half total f32 64x5120"] + g["lm_head logits f32 64x64640"] \
+    return 16 * g["wo_b/w2 half total f32 64x5120"] + g["vocab partials f32 64x32x6"] \
         + g["embed rows bf16 64x5120"]
 costs = {p.stem[5:]: cost(p) for p in out.glob("comm_*.json")}
 print(" ".join(f"{k}={v:.0f}us" for k, v in costs.items()), file=sys.stderr)
-if "default" in costs:
+if "LL128" in costs:  # the launcher's default
     k = min(costs, key=costs.get)
-    print(k if k != "default" and costs[k] < 0.9 * costs["default"] else "")
+    if k != "LL128" and costs[k] < 0.9 * costs["LL128"]:
+        print("LL,LL128,Simple" if k == "default" else k)
 EOF
 )
 echo "protocol for a second TP=2 run: ${best:-none}"
 if [ -n "$best" ]; then
-  step "tp_bench_$best" 30 env NCCL_PROTO=$best $RUN2 -m ds41_runner.tp_bench --skip-tp1 \
-    --json "$OUT/tp_bench_$best.json" ${TP_BENCH_ARGS:-}
-  tail -9 "$OUT/tp_bench_$best.log"
+  tag=${best//,/_}
+  step "tp_bench_$tag" 30 env NCCL_PROTO=$best $RUN2 -m ds41_runner.tp_bench --skip-tp1 \
+    --json "$OUT/tp_bench_$tag.json" ${TP_BENCH_ARGS:-}
+  tail -12 "$OUT/tp_bench_$tag.log"
 fi
 step gpu_matmul 25 python3 -m pytest -q -m gpu -p no:cacheprovider \
   packages/ds41-runner/tests/test_ops_linear.py

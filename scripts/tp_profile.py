@@ -3,9 +3,10 @@
     torchrun --standalone --nproc-per-node=2 scripts/tp_profile.py [--model flash_wide]
         [--batch 64] [--context 4096] [--steps 3] [--out OUT.txt]
 
-Runs `model.forward` (the runner's real step, mode=bi, nvfp4_ds_mla, synthetic history as
-`ds41_runner.tp_bench`) and reports, per TP degree, the GPU kernel time of one decode step in
-two cuts:
+Runs the runner's real step (`tp_bench`'s `_Step`: `Model.pick`, the vocabulary-parallel
+sampling head, every row at temperature 1; `--head forward` for the full log-prob rows;
+mode=bi, nvfp4_ds_mla, synthetic history as `ds41_runner.tp_bench`) and reports, per TP
+degree, the GPU kernel time of one decode step in two cuts:
 
 - by kernel kind (from the kernel name): linear (the invariant matmul and its segment
   reduction), attention, indexer, cache writes / index building, norms, collectives (NCCL),
@@ -13,7 +14,8 @@ two cuts:
 - by model region (eager launches only: each kernel is charged to the innermost region that
   launched it, regions marked here with `record_function` around the model's own functions,
   nothing in the model changes): embed, attention projections (q/kv/o), attention kernel,
-  compressor, indexer, MLP, norms + residual (outside the blocks), LM head + log-softmax.
+  compressor, indexer, MLP, norms + residual (outside the blocks), LM head + log-softmax /
+  sampling.
 
 Also the CUDA-graph step time (median of 10 replays). Kernel times at TP=N include the time a
 collective waits for the other rank. A measurement script: nothing here is asserted.
@@ -78,9 +80,11 @@ def instrument() -> None:
     model.attention_block = layers.attention_block  # the names model.py imported
     model.mlp_block = layers.mlp_block
     _wrap(model, "log_softmax", "lm head")
+    _wrap(model, "vocab_pick", "lm head")
     for cls in (model.Model, pmodel.TPModel):
         _wrap(cls, "_embed", "embed")
         _wrap(cls, "_lm_head", "lm head")
+        _wrap(cls, "_local_logits", "lm head")
 
 
 class _AttnMarked:
@@ -242,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=4096)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", default=None)
+    p.add_argument("--head", choices=("pick", "forward"), default="pick")
     args = p.parse_args(argv)
 
     import torch.distributed as dist
@@ -250,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     from ds41_runner.model.weights import init_weights
     from ds41_runner.parallel.dist import init_tensor_parallel, shutdown
     from ds41_runner.parallel.model import TPModel
-    from ds41_runner.tp_bench import _kv, _step_inputs
+    from ds41_runner.tp_bench import _kv, _Step, _step_inputs
 
     instrument()
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -264,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = argparse.Namespace(context=args.context, prefill=0, batch=args.batch,
                             kv_dtype="nvfp4_ds_mla")  # fmt: skip
     text = [f"{args.model} mode=bi nvfp4_ds_mla decode {args.batch} rows at context "
-            f"{args.context}, {args.steps} profiled eager steps"]  # fmt: skip
+            f"{args.context}, {args.steps} profiled eager steps, head {args.head}"]  # fmt: skip
     out: dict[str, Any] = {}
     try:
         models: list[tuple[int, Any]] = []
@@ -276,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
             model.runtime.attention = _AttnMarked(model.runtime.attention)
             kv = _kv(cfg, ns, device)
             inputs = _step_inputs(model, ns, "decode", device)
-            res = profile_steps(model, kv, inputs, args.steps)
-            ms = graph_ms(model, kv, inputs)
+            step = _Step(model, "decode", args.batch, args.head, 1.0)
+            res = profile_steps(step, kv, inputs, args.steps)
+            ms = graph_ms(step, kv, inputs)
             out[f"tp{tp}"] = {**res, "graph_ms": ms}
             text.append(fmt(tp, res, ms))
             print(text[-1], flush=True)
@@ -297,8 +303,9 @@ def main(argv: list[str] | None = None) -> int:
                 if kind == "cuda":
                     torch.cuda.synchronize()
 
-            res = profile_steps(tpm, kv, inputs, args.steps, sync)
-            ms = graph_ms(tpm, kv, inputs)
+            step = _Step(tpm, "decode", args.batch, args.head, 1.0)
+            res = profile_steps(step, kv, inputs, args.steps, sync)
+            ms = graph_ms(step, kv, inputs)
             if rank == 0:
                 out[f"tp{world}"] = {**res, "graph_ms": ms}
                 text.append(fmt(world, res, ms))

@@ -132,6 +132,28 @@ def test_padded_step_graphs_equal_eager(cold: Engine, overlap: bool) -> None:
         assert_same(res[i], a)
 
 
+def test_top_k_top_p_steps_leave_other_rows_alone(cold: Engine) -> None:
+    """Steps with a top-k/top-p row run the step graph captured for filters (the full logits
+    are read); the other rows of those steps get the bits of steps without (alone runs)."""
+    eng = make("prefix_cache=false", "chunk_size=8", graph="cuda_graph", emulate_graphs=True,
+               graph_batch_sizes=[4, 8])  # fmt: skip
+    prompts = [rand_tokens(60 + i, n) for i, n in enumerate((4, 6, 5, 3))]
+    temps, top_k, top_p = [0.0, 1.0, 0.8, 1.2], [2, 0, 5, 0], [1.0, 1.0, 1.0, 0.6]
+    res = eng.generate(prompts, 4, seeds=[5, 6, 7, 8], arrivals=[0, 0, 3, 3],
+                       temperature=temps, top_k=top_k, top_p=top_p)  # fmt: skip
+    runner = eng.graphs
+    assert runner is not None and {f for _, f in runner._graphs} == {False, True}
+    for i, p in enumerate(prompts):
+        (a,) = cold.generate([p], 4, seeds=[5 + i], temperature=temps[i], top_k=top_k[i],
+                             top_p=top_p[i])  # fmt: skip
+        assert_same(res[i], a)
+    # Request 2 (top-k 5) drew among the 5 best of its scaled row at every step.
+    rows = res[2].rows
+    assert rows is not None
+    for t, lp_row in zip(res[2].tokens, rows, strict=True):
+        assert t in lp_row.topk(5).indices.tolist()
+
+
 def test_non_finite_activation_names_request_position_and_layer() -> None:
     """A NaN/inf born in a known block fails exactly the requests it reaches, naming the
     request, the position and the first block whose output was non-finite; the other

@@ -43,11 +43,13 @@ def _torchrun(args: list[str], timeout: float) -> subprocess.CompletedProcess[st
 def test_tp2_gloo_is_bitwise_tp1(tmp_path: Path) -> None:
     """Two gloo processes run the app's workload at parallel.tp=2 (batched, each request alone
     and through score); every request's tokens and log-probs equal the one-process run's;
+    the same for greedy and sampled requests with temperature, top-k and top-p (`--sampling`:
+    the ranks exchange vocabulary partials, and the full logits only for filtered steps);
     mode=fast at TP=2 runs (and may differ)."""
     out = tmp_path / "result.json"
     proc = _torchrun(
         # mlp_hidden 256: w2's K has 4 CPU segments, so the TP=2 ranks exchange half totals.
-        ["-m", "ds41_runner.parallel.check", "--out", str(out), "--fast", "--",
+        ["-m", "ds41_runner.parallel.check", "--out", str(out), "--fast", "--sampling", "--",
          "model=tiny", "model.mlp_hidden=256", "workload=tiny", "device=cpu"],
         timeout=240,
     )  # fmt: skip
@@ -61,6 +63,11 @@ def test_tp2_gloo_is_bitwise_tp1(tmp_path: Path) -> None:
         "max_abs_diff": 0.0,
     }  # fmt: skip
     assert bi["tp1_invariance"]["passed"]
+    sampled = res["sampling"]
+    assert sampled["ok"]
+    for key in ("alone", "score", "vs_tp1"):  # TP=2 batched == alone == score == TP=1
+        assert sampled[key]["bitwise"] and sampled[key]["requests"] == 5, (key, sampled)
+    assert sampled["distinct_tokens"] > 10  # the sampled requests did draw varied tokens
     assert res["fast"]["ran"]  # allowed to differ from TP=1 (all_reduce, torch matmuls)
     assert (tmp_path / "tp2_auto" / "report.json").is_file()  # rank 0 wrote the report
 
@@ -145,6 +152,9 @@ def test_dead_rank_fails_fast() -> None:
         ([], {"WORLD_SIZE": "2"}, r"parallel.tp = 1 must equal .*WORLD_SIZE = 2"),
         (["parallel.tp=0"], {}, r"parallel.tp must be a positive integer"),
         (["parallel.timeout_s=0"], {}, r"parallel.timeout_s must be"),
+        # 254 ids: one log-softmax segment (two would hold 127 < 128), which 2 ranks cannot split.
+        (["parallel.tp=2", "model.vocab_size=254"], {"WORLD_SIZE": "2"},
+         r"parallel.tp = 2 must divide the 1 log-softmax segments of model.vocab_size = 254"),
         # wo_b's K = 2 groups x 8 = 16: shards of 8 split a 16-channel CPU segment.
         (["parallel.tp=2", "model.o_lora_rank=8"], {"WORLD_SIZE": "2"},
          r"parallel.tp = 2 splits wo_b .* whole segments"),

@@ -16,7 +16,9 @@ import pytest
 def test_flash_mini_tp2_bitwise_tp1_both_kv_dtypes(tmp_path: Path) -> None:
     """flash_mini, mode=bi, nvfp4_ds_mla and fp8_ds_mla: the app's workload at parallel.tp=2
     (batched, alone, score: all bitwise equal) and every request's tokens and log-probs equal
-    to the one-GPU run's."""
+    to the one-GPU run's; greedy and sampled requests with temperature, top-k and top-p
+    (`--sampling`: the vocabulary partials of the Triton kernel, the full logits for the filtered
+    steps) likewise: TP=2 batched == alone == score == TP=1."""
     env = dict(os.environ)
     # No NVLink multicast (it can take the host's shared GPUs out of service).
     env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
@@ -26,7 +28,7 @@ def test_flash_mini_tp2_bitwise_tp1_both_kv_dtypes(tmp_path: Path) -> None:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
         "-m", "ds41_runner.parallel.check", "--out", str(out),
-        "--kv-dtypes", "nvfp4_ds_mla,fp8_ds_mla", "--",
+        "--kv-dtypes", "nvfp4_ds_mla,fp8_ds_mla", "--sampling", "--",
         "model=flash_mini", "workload=tiny", "device=cuda", "parallel.timeout_s=120",
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=500, check=False)
@@ -36,3 +38,7 @@ def test_flash_mini_tp2_bitwise_tp1_both_kv_dtypes(tmp_path: Path) -> None:
     for e in res["bi"]:
         assert e["tp_invariance"]["passed"], e
         assert e["vs_tp1"]["bitwise"], e
+    sampled = res["sampling"]
+    assert sampled["ok"], sampled
+    for key in ("alone", "score", "vs_tp1"):
+        assert sampled[key]["bitwise"] and sampled[key]["requests"] == 5, (key, sampled)

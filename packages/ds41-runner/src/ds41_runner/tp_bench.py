@@ -5,14 +5,17 @@ the step's communication.
         [--batch 64] [--context 4096] [--prefill 1024] [--json OUT]
 
 TP=1 is the plain `Model` on rank 0's GPU (the other ranks wait); TP=N is `TPModel` on every
-rank. Both draw their weights on the GPU (same seed: the same full weights). Steps are
-`model.forward` on a synthetic history (as `ds41_runner.bench`): decode = `--batch` rows, one
-per request at position `--context`; prefill = one request appending `--prefill` rows (the
-log-probs of its last row only, as the engine samples). Times are CUDA-graph replays (eager
-if capture fails; the table says which), CUDA-event medians on rank 0. "comm" = the step's
-collectives (recorded during one step: same ops, shapes and order) replayed alone in a graph
-on both ranks: the time a step spends communicating when nothing overlaps it (mode=bi
-overlaps nothing: each gather feeds the next op).
+rank. Both draw their weights on the GPU (same seed: the same full weights). A step is the
+model and the engine's head on a synthetic history (as `ds41_runner.bench`): decode =
+`--batch` rows, one per request at position `--context`, each sampled; prefill = one request
+appending `--prefill` rows, its last row sampled. `--head pick` (default) is `Model.pick`
+(the vocabulary-parallel log-softmax and sampler: a few partials per row gathered); `--head
+forward` returns those rows' full log-probs (the logits gathered: the step timed before).
+NCCL runs with NCCL_PROTO=LL128 unless the environment sets it (`parallel.dist`). Times are
+CUDA-graph replays (eager if capture fails; the table says which), CUDA-event medians on
+rank 0. "comm" = the step's collectives (recorded during one step: same ops, shapes and
+order) replayed alone in a graph on both ranks: the time a step spends communicating when
+nothing overlaps it (mode=bi overlaps nothing: each gather feeds the next op).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import torch.distributed as dist
 from .bench import _capture_forward, _fill_synthetic_history, _time
 from .model import KVState, Model, ModelConfig
 from .model.weights import init_weights
+from .ops.vocab import RowSampling
 
 
 def _kv(cfg: ModelConfig, args: argparse.Namespace, device: torch.device) -> KVState:
@@ -67,18 +71,35 @@ def _step_inputs(
     return tok.to(device), req.to(device), pos.to(device)
 
 
-class _LastRow:
-    """A model whose forward returns the log-probs of the last row only (a prefill chunk as
-    the engine runs it: only the last prompt row samples)."""
+class _Step:
+    """The engine's step as the benchmark times it: `head="pick"` (default) runs `Model.pick`
+    on the logit rows (every decode row; a prefill chunk's last row, as the engine samples)
+    at `temperature` (the vocabulary-parallel head: partials gathered, no log-prob rows);
+    `head="forward"` returns those rows' full log-probs (`Model.forward`, the logits gathered
+    at TP > 1: the figures before the vocabulary-parallel head)."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, kind: str, rows: int, head: str, temperature: float) -> None:
         self.model = model
         self.group = getattr(model, "group", None)
+        self.head = head
+        dev = model.device
+        first = 0 if kind == "decode" else rows - 1
+        self.rows = torch.arange(first, rows, dtype=torch.int64, device=dev)
+        s = rows - first
+        self.sampling = RowSampling(
+            seeds=torch.arange(s, dtype=torch.int64, device=dev) + 1,
+            positions=torch.full((s,), 7, dtype=torch.int32, device=dev),
+            temperature=torch.full((s,), temperature, dtype=torch.float32, device=dev),
+            targets=torch.full((s,), -1, dtype=torch.int64, device=dev),
+        )
 
     def forward(self, tok: torch.Tensor, req: torch.Tensor, pos: torch.Tensor, kv: KVState,
                 *, validate: bool = True) -> torch.Tensor:  # fmt: skip
-        last = torch.full((1,), tok.shape[0] - 1, dtype=torch.int64, device=tok.device)
-        return self.model.forward(tok, req, pos, kv, validate=validate, logit_rows=last)
+        if self.head == "forward":
+            return self.model.forward(tok, req, pos, kv, validate=validate, logit_rows=self.rows)
+        got = self.model.pick(tok, req, pos, kv, self.sampling, logit_rows=self.rows,
+                              validate=validate)  # fmt: skip
+        return got.chosen
 
 
 def _timed_step(
@@ -143,11 +164,20 @@ def _measure(model: Model, args: argparse.Namespace, tp: int) -> dict[str, Any]:
     out: dict[str, Any] = {"tp": tp}
     for kind in ("decode", "prefill"):
         inputs = _step_inputs(model, args, kind, device)
-        step_model: Any = model if kind == "decode" else _LastRow(model)
+        rows = inputs[0].shape[0]
+        step_model = _Step(model, kind, rows, args.head, args.temperature)
         ms, how = _timed_step(step_model, kv, inputs, args)
         out[kind] = {"ms": statistics.median(ms), "ms_min": min(ms), "how": how}
         if tp > 1:
             out[kind]["comm_ms"] = _comm_ms(step_model, kv, inputs, args.iters)
+        if kind == "decode" and args.compare_forward and args.head == "pick":
+            # The same decode step ending in the full log-prob rows (the logits gathered at
+            # TP > 1): the head's share, measured in this process.
+            fwd = _Step(model, kind, rows, "forward", args.temperature)
+            ms, how = _timed_step(fwd, kv, inputs, args)
+            out["decode_forward"] = {"ms": statistics.median(ms), "ms_min": min(ms), "how": how}
+            if tp > 1:
+                out["decode_forward"]["comm_ms"] = _comm_ms(fwd, kv, inputs, args.iters)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         out["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
@@ -164,6 +194,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=4096)
     p.add_argument("--prefill", type=int, default=1024)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument(
+        "--head",
+        choices=("pick", "forward"),
+        default="pick",
+        help="pick: the engine's sampling head (vocabulary partials); forward: full log-probs",
+    )
+    p.add_argument("--temperature", type=float, default=1.0, help="of every logit row (pick)")
+    p.add_argument(
+        "--compare-forward",
+        action="store_true",
+        help="also time the decode step with --head forward in the same process",
+    )
     p.add_argument("--timeout-s", type=float, default=240.0)
     p.add_argument("--json", default=None)
     p.add_argument(
@@ -180,14 +222,17 @@ def main(argv: list[str] | None = None) -> int:
     kind = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke run (gloo, torch)
     group = init_tensor_parallel(world, kind, args.timeout_s) if world > 1 else None
     rank = 0 if group is None else group.rank
+    # After the group is made: init_tensor_parallel defaults NCCL_PROTO (parallel.dist).
+    proto = os.environ.get("NCCL_PROTO", "(NCCL's choice)") if kind == "cuda" else "-"
     device = torch.device("cuda", torch.cuda.current_device()) if kind == "cuda" else None
     device = device or torch.device("cpu")
     backend = "triton" if kind == "cuda" else "torch"
     cfg = ModelConfig.preset(args.model)
     res: dict[str, Any] = {"model": args.model, "mode": args.mode, "kv_dtype": args.kv_dtype,
                            "batch": args.batch, "context": args.context,
-                           "prefill_rows": args.prefill, "runs": [],
-                           "nccl_proto": os.environ.get("NCCL_PROTO", "(default)")}  # fmt: skip
+                           "prefill_rows": args.prefill, "head": args.head,
+                           "temperature": args.temperature, "runs": [],
+                           "nccl_proto": proto}  # fmt: skip
     try:
         if rank == 0 and not args.skip_tp1:
             w = init_weights(cfg, device, draw_device=device)
@@ -221,12 +266,19 @@ def main(argv: list[str] | None = None) -> int:
 def _report(res: dict[str, Any]) -> None:
     runs = {r["tp"]: r for r in res["runs"]}
     print(f"\n{res['model']} mode={res['mode']} {res['kv_dtype']} decode batch {res['batch']} "
-          f"at context {res['context']}, prefill {res['prefill_rows']} rows")  # fmt: skip
+          f"at context {res['context']}, prefill {res['prefill_rows']} rows; head "
+          f"{res['head']} (temperature {res['temperature']}), "
+          f"NCCL_PROTO {res['nccl_proto']}")  # fmt: skip
     print("| step | TP | ms (median) | vs TP=1 | comm ms | comm share | timed as |")
     print("|---|--:|--:|--:|--:|--:|---|")
-    for kind in ("decode", "prefill"):
+    kinds = ["decode", "prefill"]
+    if any("decode_forward" in r for r in runs.values()):
+        kinds.insert(1, "decode_forward")
+    for kind in kinds:
         base = runs.get(1, {}).get(kind, {}).get("ms")
         for tp, r in sorted(runs.items()):
+            if kind not in r:
+                continue
             s = r[kind]
             ratio = f"{s['ms'] / base:.2f}x" if base else "-"
             comm = s.get("comm_ms")

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..ops.sampling import sample
+from ..ops.vocab import RowSampling
 from .step_io import HostBuffers, StepInputs, StepLayout, device_views, fill_padding
 
 OUT_SECTIONS = 3
@@ -37,6 +38,18 @@ def default_buckets(token_budget: int) -> list[int]:
     sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b < top]
     sizes += [b for b in range(768, top, 256)]
     return sorted(set(sizes + [top]))
+
+
+def step_filters(host: torch.Tensor, layout: StepLayout, logit_rows: int) -> bool:
+    """Whether a logit row of the step buffer `host` (int64, CPU) samples with top-k or top-p
+    (temperature > 0 and top_k > 0 or top_p < 1): read on the host, so a step's graph is
+    chosen without a device sync."""
+    h = host.numpy()  # numpy views: a few microseconds of host time per step
+    s = logit_rows
+    temp = h[layout.span("temperature")][:s].astype(np.int32).view(np.float32)
+    top_k = h[layout.span("top_k")][:s]
+    top_p = h[layout.span("top_p")][:s].astype(np.int32).view(np.float32)
+    return bool(((temp > 0) & ((top_k > 0) | (top_p < 1))).any())
 
 
 class StepModel(Protocol):
@@ -121,7 +134,7 @@ class StepRunner:
         self.emulate = emulate_graphs and device.type != "cuda"
         # The last sampled token of each request slot (+ the spare slot padding rows write).
         self.slot_tokens = torch.zeros(max_requests + 1, dtype=torch.int64, device=device)
-        self._graphs: dict[int, _Captured] = {}
+        self._graphs: dict[tuple[int, bool], _Captured] = {}
         self._pool: Any = None  # the graphs share one memory pool
         top = self.layout_for(sizes[-1]) if sizes else None
         self._graph_in = (
@@ -150,21 +163,35 @@ class StepRunner:
         return StepLayout(rows, logit_rows), None
 
     # ------------------------------------------------------------------ the step body
-    def body(self, inp: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    def body(self, inp: StepInputs, filters: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Model, sampler and token bookkeeping on the device: returns the packed outputs
         int64 `[3S]` (tokens, fp32 log-prob bits, first non-finite stage) and the log-prob
-        rows f32 `[S, V]`."""
+        rows f32 `[S, V]` (`[S, 0]` unless `keep_rows`, for a model with `pick`).
+
+        `filters`: some logit row samples with top-k or top-p (`step_filters`); a model's
+        `pick` then also reads the full logits (rows without a filter get the same bits)."""
         own = inp.token_source >= 0
         carried = self.slot_tokens.index_select(0, inp.token_source.clamp(min=0))
         tokens = torch.where(own, carried, inp.tokens)
         stage = torch.empty_like(tokens)
-        logp = self.model.forward(
-            tokens, inp.req_idx, inp.pos, self.kv, validate=False, logit_rows=inp.rows,
-            nonfinite_stage=stage,
-        )  # fmt: skip
-        new = sample(logp, inp.seeds, inp.positions, inp.temperature, inp.top_k, inp.top_p)
-        chosen = torch.where(inp.targets >= 0, inp.targets, new)
-        lp = logp.gather(1, chosen[:, None])[:, 0]
+        pick = getattr(self.model, "pick", None)
+        if pick is not None:
+            rs = RowSampling(inp.seeds, inp.positions, inp.temperature, inp.targets, inp.top_k,
+                             inp.top_p)  # fmt: skip
+            got = pick(
+                tokens, inp.req_idx, inp.pos, self.kv, rs, logit_rows=inp.rows, validate=False,
+                nonfinite_stage=stage, filters=filters, full_rows=self.keep_rows,
+            )  # fmt: skip
+            new, chosen, lp = got.new, got.chosen, got.logprob
+            logp = got.rows if got.rows is not None else lp.new_empty((lp.shape[0], 0))
+        else:  # a model with `forward` only (the engine tests' fakes): full log-prob rows
+            logp = self.model.forward(
+                tokens, inp.req_idx, inp.pos, self.kv, validate=False, logit_rows=inp.rows,
+                nonfinite_stage=stage,
+            )  # fmt: skip
+            new = sample(logp, inp.seeds, inp.positions, inp.temperature, inp.top_k, inp.top_p)
+            chosen = torch.where(inp.targets >= 0, inp.targets, new)
+            lp = logp.gather(1, chosen[:, None])[:, 0]
         self.slot_tokens.index_copy_(0, inp.store_slot, new)
         out = torch.cat(
             [chosen, lp.view(torch.int32).to(torch.int64), stage.index_select(0, inp.rows)]
@@ -177,10 +204,10 @@ class StepRunner:
         for b in reversed(self.buckets):
             self._get(b)
 
-    def _get(self, bucket: int) -> _Captured:
-        if bucket not in self._graphs:
-            self._graphs[bucket] = self._capture(bucket)
-        return self._graphs[bucket]
+    def _get(self, bucket: int, filters: bool = False) -> _Captured:
+        if (bucket, filters) not in self._graphs:
+            self._graphs[bucket, filters] = self._capture(bucket, filters)
+        return self._graphs[bucket, filters]
 
     def _padding_input(self, layout: StepLayout) -> torch.Tensor:
         assert self._graph_in is not None
@@ -190,15 +217,15 @@ class StepRunner:
         buf.copy_(torch.from_numpy(host))
         return buf
 
-    def _capture(self, bucket: int) -> _Captured:
+    def _capture(self, bucket: int, filters: bool) -> _Captured:
         layout = self.layout_for(bucket)
         buf = self._padding_input(layout)
         if self.emulate:  # CPU tests: the same static buffers, "replayed" eagerly
-            out0, logp0 = self.body(device_views(buf, layout))
+            out0, logp0 = self.body(device_views(buf, layout), filters)
             out, logp = out0.clone(), logp0.clone()
 
             def run() -> None:
-                o, lp = self.body(device_views(buf, layout))
+                o, lp = self.body(device_views(buf, layout), filters)
                 out.copy_(o)
                 logp.copy_(lp)
 
@@ -210,12 +237,12 @@ class StepRunner:
         side.wait_stream(stream)
         with torch.cuda.stream(side):
             for _ in range(2):
-                self.body(device_views(buf, layout))
+                self.body(device_views(buf, layout), filters)
         stream.wait_stream(side)
         torch.cuda.synchronize(self.device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            out, logp = self.body(device_views(buf, layout))
+            out, logp = self.body(device_views(buf, layout), filters)
         self._pool = graph.pool()
         return _Captured(graph.replay, out, logp)
 
@@ -224,9 +251,11 @@ class StepRunner:
                logit_rows: int) -> Launched:  # fmt: skip
         """Upload `host[:layout.size]` (from `host_in.take`), run the step, start fetching."""
         cap: _Captured | None = None
+        filters = step_filters(host, layout, logit_rows)
         if bucket is not None:
             assert self._graph_in is not None
-            cap = self._get(bucket)  # capture first: it fills the input buffer with padding
+            # capture first: it fills the input buffer with padding
+            cap = self._get(bucket, filters)
             dev = self._graph_in[: layout.size]
         else:
             dev = torch.empty(layout.size, dtype=torch.int64, device=self.device)
@@ -238,7 +267,7 @@ class StepRunner:
             self.replays += 1
             out, logp = cap.out, cap.logp
         else:
-            out, logp = self.body(device_views(dev, layout))
+            out, logp = self.body(device_views(dev, layout), filters)
         n = OUT_SECTIONS * layout.logit_rows
         out_host, k = self.host_out.take(n)
         out_host[:n].copy_(out, non_blocking=True)

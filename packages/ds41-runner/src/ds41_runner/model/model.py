@@ -15,6 +15,8 @@ from ds41_cache.backend import canonical_device, resolve_backend
 from .. import components as comp
 from ..ops.linear import check_mode
 from ..ops.logits import log_softmax
+from ..ops.vocab import Pick, RowSampling
+from ..ops.vocab import pick as vocab_pick
 from .config import ModelConfig
 from .kv import KVState
 from .layers import Runtime, StepContext, attention_block, entry_slots, mlp_block
@@ -173,6 +175,55 @@ class Model:
         Pending block-table changes of `kv` are uploaded first (`kv.flush()`); under CUDA-graph
         capture the caller must have flushed them already.
         """
+        h = self._final_hidden(tokens, req_idx, pos, kv, validate=validate, capture=capture,
+                               logit_rows=logit_rows, nonfinite_stage=nonfinite_stage)  # fmt: skip
+        return self._log_softmax(self._lm_head(h))
+
+    __call__ = forward
+
+    def pick(
+        self,
+        tokens: torch.Tensor,
+        req_idx: torch.Tensor,
+        pos: torch.Tensor,
+        kv: KVState,
+        sampling: RowSampling,
+        *,
+        logit_rows: torch.Tensor,
+        validate: bool = True,
+        nonfinite_stage: torch.Tensor | None = None,
+        filters: bool = False,
+        full_rows: bool = False,
+    ) -> Pick:
+        """`forward` and sampling of the rows `logit_rows: int64 [S]` (`sampling`: `[S]` each)
+        without materialising the log-prob rows: the tokens, the chosen tokens' log-probs
+        (bitwise `forward(...)[s, chosen]`) and, with `full_rows`, the `[S, V]` rows.
+
+        `filters`: some row has temperature > 0 and top-k or top-p on (a static flag: it
+        decides whether the full logits are needed; rows without an active filter get the
+        same bits either way). See `ops.vocab.pick`."""
+        h = self._final_hidden(tokens, req_idx, pos, kv, validate=validate,
+                               logit_rows=logit_rows, nonfinite_stage=nonfinite_stage)  # fmt: skip
+        x, v0 = self._local_logits(h)
+        return vocab_pick(
+            x, sampling, vocab=self.cfg.vocab_size, v0=v0,
+            gather_partials=self._gather_partials, gather_logits=self._gather_logits,
+            filters=filters, full_rows=full_rows, backend=self.backend,
+        )  # fmt: skip
+
+    def _final_hidden(
+        self,
+        tokens: torch.Tensor,
+        req_idx: torch.Tensor,
+        pos: torch.Tensor,
+        kv: KVState,
+        *,
+        validate: bool,
+        capture: dict[str, Any] | None = None,
+        logit_rows: torch.Tensor | None = None,
+        nonfinite_stage: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The layers, then the final norm of the logit rows: `[S, hidden]` (`forward`)."""
         self._check_inputs(tokens, req_idx, pos, kv)
         if nonfinite_stage is not None and (
             nonfinite_stage.shape != tokens.shape
@@ -218,10 +269,7 @@ class Model:
                 capture[f"hidden{plan.layer}"] = x
         if logit_rows is not None:
             x = x.index_select(0, logit_rows)
-        h = rt.norm(x, w.final_norm, eps)
-        return log_softmax(self._lm_head(h), backend=self.backend)
-
-    __call__ = forward
+        return rt.norm(x, w.final_norm, eps)
 
     def _embed(self, tok: torch.Tensor) -> torch.Tensor:
         """int64 `[T]` token ids in range -> bf16 `[T, hidden]` (a hook for tensor parallelism)."""
@@ -230,6 +278,23 @@ class Model:
     def _lm_head(self, h: torch.Tensor) -> torch.Tensor:
         """Normed bf16 `[S, hidden]` -> f32 logits `[S, V]` (a hook for tensor parallelism)."""
         return self.runtime.lin(h, self.weights.lm_head, out_dtype=torch.float32)
+
+    def _local_logits(self, h: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Normed bf16 `[S, hidden]` -> this process's f32 logits `[S, Vl]` and their first
+        vocabulary id (all of them here; a tensor-parallel rank's shard in `TPModel`)."""
+        return self._lm_head(h), 0
+
+    def _gather_partials(self, parts: torch.Tensor) -> torch.Tensor:
+        """This process's vocabulary partials `[S, n, F]` -> every segment's (here: the same)."""
+        return parts
+
+    def _gather_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """This process's logits (`_local_logits`) -> the full `[S, V]` (here: the same)."""
+        return x
+
+    def _log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        """Full f32 logits `[S, V]` -> log-probs `[S, V]` (segmented: `ops.vocab`)."""
+        return log_softmax(logits, backend=self.backend)
 
     def _check_inputs(
         self,

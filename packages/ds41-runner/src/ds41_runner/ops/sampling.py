@@ -32,13 +32,17 @@ def _fmix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-def uniform_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
-    """`seeds: int64 [T]`, `positions: int [T]` -> fp32 `[T, vocab]` uniforms in (0, 1)."""
+def uniform_noise(
+    seeds: torch.Tensor, positions: torch.Tensor, vocab: int, v0: int = 0
+) -> torch.Tensor:
+    """`seeds: int64 [T]`, `positions: int [T]` -> fp32 `[T, vocab]` uniforms in (0, 1) of the
+    vocabulary ids `[v0, v0 + vocab)` (a tensor-parallel rank's shard: the same bits as those
+    columns of the full row)."""
     s = seeds.to(torch.int64)
     s_lo = (s & _MASK32)[:, None]
     s_hi = ((s >> 32) & _MASK32)[:, None]
     p = (positions.to(torch.int64) & _MASK32)[:, None]
-    v = torch.arange(vocab, dtype=torch.int64, device=seeds.device)[None, :]
+    v = torch.arange(v0, v0 + vocab, dtype=torch.int64, device=seeds.device)[None, :]
     h = _fmix32((v + _GOLDEN) & _MASK32)
     h = _fmix32(h ^ p)
     h = _fmix32(h ^ s_hi)
@@ -46,11 +50,14 @@ def uniform_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> t
     return ((h >> 8).to(torch.float32) + 0.5) * _U24
 
 
-def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
-    """fp32 `[T, vocab]` standard Gumbel noise keyed by (seed, position, token id)."""
+def gumbel_noise(
+    seeds: torch.Tensor, positions: torch.Tensor, vocab: int, v0: int = 0
+) -> torch.Tensor:
+    """fp32 `[T, vocab]` standard Gumbel noise keyed by (seed, position, token id) for the ids
+    `[v0, v0 + vocab)`."""
     # float64 then fp32: the same bits whether an element hits torch's vectorized body or its
     # scalar tail (which depends on the tensor size, i.e. on the batch).
-    u = uniform_noise(seeds, positions, vocab).to(torch.float64)
+    u = uniform_noise(seeds, positions, vocab, v0).to(torch.float64)
     return (-torch.log(-torch.log(u))).to(torch.float32)
 
 

@@ -1,9 +1,10 @@
 """Config checks of tensor parallelism, run at compose time (before any process group).
 
 `check_parallel` raises ValueError naming `parallel.tp` when the degree does not split the
-model (heads, output groups, MLP width, vocabulary), when a row-parallel K shard would not
-start on a segment boundary of the batch-invariant matmul's plan, or when the processes were
-not launched for it (no launcher, or a world size other than `parallel.tp`).
+model (heads, output groups, MLP width, vocabulary and its log-softmax segments), when a
+row-parallel K shard would not start on a segment boundary of the batch-invariant matmul's
+plan, or when the processes were not launched for it (no launcher, or a world size other
+than `parallel.tp`).
 """
 
 from __future__ import annotations
@@ -51,11 +52,18 @@ def row_parallel_weights(model: ModelConfig) -> list[tuple[str, int, int]]:
 def check_split(model: ModelConfig, tp: int, backend: str) -> None:
     """ValueError naming parallel.tp unless `tp` splits `model` for `backend`."""
     from ..ops.linear import segment_len
+    from ..ops.vocab import vocab_segments
 
     for field in ("heads", "o_groups", "mlp_hidden", "vocab_size"):
         v = getattr(model, field)
         if v % tp:
             raise ValueError(f"parallel.tp = {tp} must divide model.{field} = {v}")
+    segs = vocab_segments(model.vocab_size)
+    if segs % tp:
+        raise ValueError(
+            f"parallel.tp = {tp} must divide the {segs} log-softmax segments of "
+            f"model.vocab_size = {model.vocab_size} (each rank reduces whole segments)"
+        )
     for name, n, k in row_parallel_weights(model):
         seg = segment_len(n, k, 1, backend)
         if (k // tp) % seg:

@@ -75,6 +75,9 @@ class TPGroup:
 
 _GROUP: TPGroup | None = None
 
+DEFAULT_NCCL_PROTO = "LL128"
+"""NCCL_PROTO set before the NCCL communicator is made, unless the environment sets it."""
+
 
 def current() -> TPGroup | None:
     """The group made by `init_tensor_parallel`, or None in a single process."""
@@ -89,7 +92,8 @@ def rank() -> int:
 def init_tensor_parallel(tp: int, device_kind: str, timeout_s: float) -> TPGroup:
     """Join (once per process) the group of `tp` ranks the launcher started.
 
-    `device_kind`: "cuda" (NCCL, GPU LOCAL_RANK becomes the current device) or "cpu" (gloo).
+    `device_kind`: "cuda" (NCCL, GPU LOCAL_RANK becomes the current device; NCCL_PROTO
+    defaults to DEFAULT_NCCL_PROTO) or "cpu" (gloo).
     The world size was checked against `tp` at compose time (`checks.check_parallel`); here
     it is checked again. A first all_gather initialises the communicator eagerly, so CUDA-graph
     capture never sees a lazy initialisation.
@@ -116,6 +120,9 @@ def init_tensor_parallel(tp: int, device_kind: str, timeout_s: float) -> TPGroup
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
         backend = "nccl"
+        # LL128 took the flash_wide decode step's gathers from 0.525 to 0.446 ms on two H200s
+        # (benchmarks/results/tp_bench_h200x2_s3.json); the user's setting wins.
+        os.environ.setdefault("NCCL_PROTO", DEFAULT_NCCL_PROTO)
         if not dist.is_initialized():
             dist.init_process_group("nccl", timeout=timeout, device_id=device)
     else:

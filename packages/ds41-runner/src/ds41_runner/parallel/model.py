@@ -8,12 +8,14 @@ partial each, then add the two; at other degrees (or with fewer than 4 segments)
 all-gather every segment's chain and add them in the plan's order. Either way these are the
 operations of the single-process matmul, so its bits. Column-parallel products use the full
 weight's plan. The embedding is a gathered lookup (each token's row comes from its owner,
-copied), the LM head's logits are gathered before the log-softmax, and attention runs on the
-rank's heads (with their sinks) over the replicated latent caches. Mode "fast" adds the
+copied), the LM head is vocabulary-parallel (`pick`: each rank reduces its vocabulary segments
+to a few partials per row, `ops.vocab`, and the ranks gather those; `forward`'s full log-prob
+rows gather the logits), and attention runs on the rank's heads (with their sinks) over the
+replicated latent caches. Mode "fast" adds the
 row-parallel partial products with `all_reduce`.
 
 Every rank runs the same engine on the same inputs (the scheduler is deterministic and every
-rank samples from the same gathered log-probs), so the ranks stay in step without messages of
+rank samples from the same gathered partials), so the ranks stay in step without messages of
 their own.
 """
 
@@ -241,9 +243,23 @@ class TPModel(Model):
 
     def _lm_head(self, h: torch.Tensor) -> torch.Tensor:
         """Column-parallel logits of the rank's vocabulary rows, gathered: f32 `[S, V]`."""
+        return self._gather_logits(self._local_logits(h)[0])
+
+    def _local_logits(self, h: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The rank's vocabulary rows' logits f32 `[S, V/tp]` (column-parallel, the full
+        weight's plan) and their first id."""
         local = self.runtime.lin(h, self.weights.lm_head, out_dtype=torch.float32)
-        every = self.group.all_gather(local)  # [tp, S, V/tp]
-        return every.permute(1, 0, 2).reshape(h.shape[0], -1)
+        return local, self.group.rank * local.shape[1]
+
+    def _gather_logits(self, x: torch.Tensor) -> torch.Tensor:
+        every = self.group.all_gather(x)  # [tp, S, V/tp]
+        return every.permute(1, 0, 2).reshape(x.shape[0], -1)
+
+    def _gather_partials(self, parts: torch.Tensor) -> torch.Tensor:
+        """`[S, nseg/tp, F]` -> `[S, nseg, F]`: a copy of every rank's segments, in id order
+        (a few floats per segment instead of the `[S, V]` logits)."""
+        every = self.group.all_gather(parts)  # [tp, S, nseg/tp, F]
+        return every.permute(1, 0, 2, 3).reshape(parts.shape[0], -1, parts.shape[2])
 
 
 def build_tp_model(run: Any, model_cfg: ModelConfig) -> TPModel:

@@ -31,14 +31,3 @@ def rmsnorm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
     # evaluates it in a vector lane or in the scalar tail (which depends on the row count).
     inv = 1.0 / torch.sqrt(ms + eps)
     return x32 * inv * weight.to(torch.float32)
-
-
-def log_softmax_torch(x: torch.Tensor) -> torch.Tensor:
-    """`x: f32 [M, V]` -> `x - (max + log(sum(exp(x - max))))`, fixed-order row sums.
-
-    exp/log run in float64 and round to fp32, so the bits do not hinge on whether torch
-    evaluates an element in a vector lane or a scalar tail.
-    """
-    m = x.amax(dim=-1, keepdim=True)
-    s = row_sum(torch.exp((x - m).to(torch.float64)).to(torch.float32))
-    return x - (m + torch.log(s.to(torch.float64)).to(torch.float32))
