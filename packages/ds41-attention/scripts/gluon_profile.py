@@ -3,18 +3,19 @@ against float64 and for row invariance, then timed beside the production kernels
 
     PYTHONPATH=packages/ds41-cache/src:packages/ds41-attention/src \
         python3 packages/ds41-attention/scripts/gluon_profile.py [--rows 1,64,1024,4096] \
-        [--variants pipe,ks3] [--check pipe] [--tile-sweep] [--split] [--bits pipe] [--json F]
+        [--variants pipe,ks3] [--check pipe] [--tile-sweep] [--split] [--bits pipe] \
+        [--baselines triton,gluon] [--json F]
 
-Variants (`--variants`, see `main`): pipe = the production settings; ks3 = without the Q.K^T
-look-ahead; stage drops (timing only, their outputs are meaningless): *drop1 = no decode,
-*drop2 = no products / softmax, *drop3 = no record copies. The time a drop saves bounds what
-that stage costs on the critical path. `--tile-sweep` times rows of 4..20 tiles (per-tile
-cost vs fixed cost of a program). `--bits pipe`: the production kernel must give bitwise the
-outputs of the lab variant `pipe` (the kernel before a change). `--split`: the fast (split)
-path's checks (planner split at T = 1, 8, 64; with `--check ...,split` also forced split
-counts 2, 7, 32 through `check`) and its times at small T against forced split counts, the
-invariant kernel and the Triton split path. A table of kernel times (graph replay, us) is
-printed last.
+Variants (`--variants`, see `main`): pipe = the non-persistent kernel's settings; ks3 = without
+the Q.K^T look-ahead; stage drops (timing only, their outputs are meaningless): *drop1 = no
+decode, *drop2 = no products / softmax, *drop3 = no record copies. The time a drop saves bounds
+what that stage costs on the critical path. `--tile-sweep` times rows of 4..20 tiles (per-tile
+cost vs fixed cost of a program; the production kernel and `pipe` when timed). `--bits pipe`:
+the production kernel must give bitwise the outputs of the lab variant `pipe` (the
+non-persistent kernel, one program per item). `--split`: the fast (split) path's checks
+(planner split at T = 1, 8, 64; with `--check ...,split` also forced split counts 2, 7, 32
+through `check`) and its times at small T against forced split counts, the invariant kernel and
+the Triton split path. A table of kernel times (graph replay, us) is printed last.
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, ran
 
 CUDA = torch.device("cuda")
 LAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab.py")
+PERSIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_persist.py")
 TMP = tempfile.mkdtemp(prefix="gluon_lab_")
 
 
-def load_variant(name: str, **consts: int) -> ModuleType:
-    """A copy of gluon_lab.py with module constants replaced (`NAME = gl.constexpr(v)`)."""
-    with open(LAB) as f:
+def load_variant(name: str, path: str = LAB, **consts: int) -> ModuleType:
+    """A copy of gluon_lab.py (or `path`) with module constants replaced (`NAME =
+    gl.constexpr(v)`)."""
+    with open(path) as f:
         src = f.read()
     for k, v in consts.items():
         src, n = re.subn(rf"^{k} = gl\.constexpr\([^)]*\)", f"{k} = gl.constexpr({v})", src,
@@ -78,6 +81,23 @@ def launch_lab(mod: ModuleType, *args):
     mod._gluon_sparse_attn_kernel[(t_rows, -(-h // mod.GLUON_BLOCK_H))](
         *a, **fmts, num_warps=mod.GLUON_NUM_WARPS, maxnreg=mod.GLUON_MAXNREG
     )
+    return out, lse
+
+
+def launch_persist(mod: ModuleType, *args):
+    """A `gluon_persist.py` variant (the persistent grid; invariant path): grid min(items,
+    SMs), the item count after the (unused) split arguments."""
+    q = args[0]
+    t_rows, h, d = q.shape
+    out = torch.empty((t_rows, h, d), dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty((t_rows, h), dtype=torch.float32, device=q.device)
+    a, fmts = kernel_args(*args, out, lse)
+    items = t_rows * -(-h // mod.GLUON_BLOCK_H)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    mod._gluon_sparse_attn_kernel[(min(items, sms),)](
+        *a, lse, lse, 1, items, **fmts, SPLIT=False, num_warps=mod.GLUON_NUM_WARPS,
+        maxnreg=mod.GLUON_MAXNREG,
+    )  # fmt: skip
     return out, lse
 
 
@@ -161,17 +181,20 @@ def check(impls: dict[str, Any], quick: bool = False) -> bool:
 
 def bits_unchanged(new: Any, old: Any) -> bool:
     """The production invariant kernel gives bitwise the outputs of `old` (the lab copy of the
-    kernel before a change) on every check case and on 300 full rows."""
+    kernel before a change) on every check case at 24 rows (one item per program) and 333
+    rows of random lengths, some 0 (x head blocks > 132 items: the persistent grid walks
+    several items of different tile counts per program), and on 300 full rows."""
     ok = True
     cases = [("mxfp8", "nvfp4", 64), ("mxfp8", "mxfp8", 64), ("mxfp8", "bf16", 64),
              ("bf16", "nvfp4", 64), ("mxfp8", None, 64), ("bf16", "bf16", 64),
              ("mxfp8", "nvfp4", 128), ("mxfp8", "nvfp4", 16)]  # fmt: skip
     for wfmt, cfmt, h in cases:
-        args = _problem(wfmt, cfmt, 24, h, seed=3)
-        (o1, l1), (o2, l2) = new(*args), old(*args)
-        same = torch.equal(o1, o2) and torch.equal(l1, l2)
-        ok &= same
-        print(f"bits {wfmt}+{cfmt} h{h}: new == old {same}", flush=True)
+        for rows in (24, 333):
+            args = _problem(wfmt, cfmt, rows, h, seed=3 + rows)
+            (o1, l1), (o2, l2) = new(*args), old(*args)
+            same = torch.equal(o1, o2) and torch.equal(l1, l2)
+            ok &= same
+            print(f"bits {wfmt}+{cfmt} h{h} T={rows}: new == old {same}", flush=True)
     p = make_problem(FLASH, 300, CUDA, seed=5)
     (o1, l1), (o2, l2) = new(*p.args()), old(*p.args())
     same = torch.equal(o1, o2) and torch.equal(l1, l2)
@@ -239,10 +262,11 @@ def bench(impls: dict[str, Any], rows_list: list[int], only: dict[str, list[int]
     return res
 
 
-def tile_sweep(impls: dict[str, Any], rows_list: tuple[int, ...] = (1, 132)) -> list[dict]:
+def tile_sweep(impls: dict[str, Any], rows_list: tuple[int, ...] = (1, 132, 528)) -> list[dict]:
     """Time rows of 4 + k / 32 tiles (window 128, compressed length k): the slope is the
     per-tile time of one program, the intercept its fixed cost (launch, Q, first loads,
-    epilogue)."""
+    epilogue); at T = 528 the persistent kernel walks 4 items per program, so its intercept
+    / 4 is what an item costs beyond its tiles."""
     res = []
     for rows in rows_list:
         p = make_problem(FLASH, rows, CUDA, seed=rows)
@@ -295,12 +319,16 @@ def main() -> None:
     ap.add_argument("--variants", default="pipe,ks3,pipe_drop1,pipe_drop2,pipe_drop3")
     ap.add_argument("--check", default="pipe", help="implementations checked before timing")
     ap.add_argument("--quick", default="", help="implementations checked on one case only")
-    ap.add_argument("--no-baselines", action="store_true", help="skip the production kernels")
+    ap.add_argument("--baselines", default="triton,gluon",
+                    help="production kernels timed beside the variants (or none)")  # fmt: skip
     ap.add_argument("--tile-sweep", action="store_true", help="also time rows of 4..20 tiles")
+    ap.add_argument("--sweep", default="gluon,pipe", help="implementations the tile sweep times")
     ap.add_argument("--split", action="store_true",
                     help="check the fast path (split counts 2, 7, 32 and the planner's) and "
                          "time split counts at small T")  # fmt: skip
-    ap.add_argument("--bits", default="", help="lab variant the production kernel must equal")
+    ap.add_argument("--bits", default="",
+                    help="OLD (the production kernel must equal variant OLD) or NEW:OLD, "
+                         "comma separated")  # fmt: skip
     a = ap.parse_args()
     spec: dict[str, dict[str, int]] = {
         "ks3": {"PIPE": 0}, "ks2": {"PIPE": 0, "KSTAGES_MAIN": 2},
@@ -310,19 +338,26 @@ def main() -> None:
         "pipe_sub32": {"SUB": 32},
         "pipe_drop1": {"DROP": 1}, "pipe_drop2": {"DROP": 2}, "pipe_drop3": {"DROP": 3},
     }  # fmt: skip
-    impls: dict[str, Any] = {}
-    if not a.no_baselines:
-        impls = {"triton": launch_sparse_attention, "gluon": launch_gluon_sparse_attention}
+    prod = {"triton": launch_sparse_attention, "gluon": launch_gluon_sparse_attention}
+    impls: dict[str, Any] = {n: prod[n] for n in a.baselines.split(",") if n in prod}
+    persist_spec: dict[str, dict[str, int]] = {"persist": {}}  # the persistent lab kernel
     names = a.variants.split(",")
     for n in names:
-        impls[n] = functools.partial(launch_lab, load_variant(n, **spec[n]))
+        if n.startswith("persist"):
+            mod = load_variant(n, PERSIST, **persist_spec[n])
+            impls[n] = functools.partial(launch_persist, mod)
+        else:
+            impls[n] = functools.partial(launch_lab, load_variant(n, **spec[n]))
     split_impls: dict[str, Any] = {}
     if a.split and "split" in a.check.split(","):
         split_impls = {f"split{s}": functools.partial(launch_gluon_fast, splits=s)
                        for s in (2, 7, 32)}  # fmt: skip
     ok = True
-    if a.bits:
-        ok &= bits_unchanged(launch_gluon_sparse_attention, impls[a.bits])
+    for pair in filter(None, a.bits.split(",")):
+        new_name, _, old_name = pair.rpartition(":")
+        new_f = impls[new_name] if new_name else launch_gluon_sparse_attention
+        print(f"bits: {new_name or 'production'} vs {old_name}", flush=True)
+        ok &= bits_unchanged(new_f, impls[old_name])
     ok &= check({k: v for k, v in impls.items() if k in a.check.split(",")} | split_impls)
     ok &= check({k: v for k, v in impls.items() if k in a.quick.split(",")}, quick=True)
     if a.split:
@@ -331,7 +366,8 @@ def main() -> None:
     rows = [int(r) for r in a.rows.split(",")]
     only = {n: [r for r in rows if r in (1, 4096)] for n in names if "drop" in n}
     res = bench(impls, rows, only)
-    sweep = tile_sweep({"gluon": launch_gluon_sparse_attention}) if a.tile_sweep else []
+    swept = {n: impls[n] for n in a.sweep.split(",") if n in impls}
+    sweep = tile_sweep(swept) if a.tile_sweep else []
     ssweep = split_sweep() if a.split else []
     if a.json:
         with open(a.json, "w") as f:

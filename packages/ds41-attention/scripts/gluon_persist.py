@@ -1,0 +1,801 @@
+# mypy: disable-error-code="no-untyped-def"
+"""Lab copy: the Hopper Gluon kernel on a persistent grid (issue 11, attn4; not installed, not
+production). Measured on the H200 (BENCHMARKS.md, "persistent grid"): bitwise the production
+kernel's outputs on every format pair, H 16 / 64 / 128, 24 and 333 rows of random lengths and
+300 full rows, graph replay == eager, the package's gpu tests passed with it as the
+production kernel; but slower at every T (1024 rows: 440 vs 416 us; 4096: 1657 vs 1585 us):
+an item costs ~12 us beyond its tiles instead of ~17.5, while a tile costs 2.2-2.6 us instead
+of 1.8-1.9 (not located; suspected: the producer's longer loop, the cross-item cursor's ~130-180
+instructions and more spills). `gluon_profile.py --variants pipe,persist --bits persist:pipe`
+launches it (`launch_persist`: grid min(items, SMs), the item count after `num_splits`).
+
+Contract (as the Triton kernel's): each (row, head block of 64) item is walked by one program
+over that row's keys in the fixed order (window ascending, then compressed ascending) in tiles
+of BLOCK_N = 32, no split over keys, configuration fixed for (H, D); records are decoded in the
+kernel (no gathered bf16 copy); a row's bits do not depend on the other rows.
+
+Persistent grid: min(items, SMs) programs; program p walks the items p, p + G, p + 2G, ... (G
+the grid size) in that order, each with the same per-tile arithmetic as a program of its own,
+so an item's bits are a function of its row alone. The pipeline runs on across items: the
+producer walks a flat sequence of (item, tile) and gathers / decodes the next item's first
+tiles while the consumers finish the current one; every barrier phase counts tiles (or items)
+from the program's start.
+
+Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three warpgroups,
+`gl.warp_specialize`, registers re-balanced to 200 / 168 / 136):
+- producer (4 warps): gathers the records (data and scale bytes) of the tiles NRAW ahead with
+  16-byte cp.async into a raw ring (the slot indices one tile further ahead; a cursor over
+  (item, tile) that crosses into the next item with its lengths loaded one step earlier);
+  keys outside the row or with a bad slot are masked copies, which zero-fill, so they decode
+  to zeros. It decodes each tile into bf16 K tiles in NVMMA-swizzled shared memory (KS stages,
+  two halves of D in channel order) and signals the stage's mbarrier. Q (64 KB; shared memory
+  has room for one) is copied by cp.async as well: the first item's before the first tiles,
+  each later item's once consumer 0 has finished its last Q.K^T of the item before (after
+  the producer decoded the new item's first tile), signalled when its copy group completed.
+- consumer 0 (4 warps, a 64x256 fp32 accumulator for channels [0, 256)): Q.K^T of the whole
+  tile (wgmma from shared memory; the product of tile j + 1 is issued before the softmax of
+  tile j so the tensor cores run during it; the item's last tile has none), the online
+  softmax, P (bf16) and the rescale factor into shared memory for consumer 1 (double
+  buffered), P.V over its half with P from registers; it writes lse and the denominators for
+  consumer 1.
+- consumer 1 (4 warps, channels [256, 512)): rescale, P.V with P from shared memory.
+A K stage is free again when both consumers arrived on its mbarrier.
+
+Split mode (constexpr SPLIT, the fast path): the items are (row, head block, slice sp) of S =
+num_splits slices; item sp walks the contiguous slice [sp n / S, (sp + 1) n / S) of its row's
+n tiles with the same pipeline and stores its unnormalized fp32 accumulator and (max, sum) as
+partials for the combine kernel (not batch invariant: the slices follow S, which the launcher
+picks from T). In invariant mode the slice is [0, n).
+
+Decode (every product exact in bf16, SPEC section 4): e4m3 bytes go through the hardware
+e4m3x2 -> f16x2 conversion, f32, a bf16x2 pack and one bf16x2 multiply by the block scale
+(ue8m0 scales are built as bf16 bits, byte 0 = 2^-127 as the bf16 subnormal); NVFP4 nibbles
+become e4m3 bytes with a few word-wide bit operations (inline PTX, four bytes at a time):
+e2m1 code c (3 magnitude bits) as the e4m3 byte `c << 2` is exactly c * 2^-6, the 2^6 goes
+into the scale.
+
+Only D = 512 (the V4.1 geometry) is supported; the Triton kernel serves every other shape.
+The production kernel (one program per item, the same bits) is
+`ds41_attention.ops.sparse_attention.gluon_kernels`; `scripts/gluon_lab.py` is its lab copy.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+GLUON_D = 512
+GLUON_BLOCK_H = 64
+GLUON_BLOCK_N = 32
+GLUON_NUM_WARPS = 4
+GLUON_KSTAGES = 3  # K stages (2 when a cache holds bf16 records: their raw ring is larger)
+GLUON_RAW_STAGES = 2
+# Register split: the launch caps every thread at GLUON_MAXNREG (12 warps x 32 x 168 fit the
+# 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 168, the
+# producer to 136, and Triton gives the default partition (consumer 0) what is left: 200.
+GLUON_MAXNREG = 168
+D = gl.constexpr(GLUON_D)
+HALF = gl.constexpr(GLUON_D // 2)
+BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
+BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
+NRAW = gl.constexpr(GLUON_RAW_STAGES)
+SUB = gl.constexpr(16)  # keys decoded per step (register pressure)
+C1_REGS = gl.constexpr(168)
+PRODUCER_REGS = gl.constexpr(136)
+
+
+@gluon.jit
+def _tile_slots(i, n_w, end, swa_row, swa_len, comp_row, comp_len, w_slots, c_slots,
+                HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """(slot int64 clamped to >= 0, validity) of the keys of the row's tile i, in `layout`;
+    tiles from `end` on are masked (the program's slice of the row ends there)."""
+    offs = gl.arange(0, BLOCK_N, layout=layout)
+    jw = i * BLOCK_N + offs
+    in_w = jw < swa_len
+    slots = gl.load(swa_row + jw, mask=in_w, other=-1)
+    ok = in_w & (slots < w_slots)
+    if HAS_COMP:
+        jc = (i - n_w) * BLOCK_N + offs
+        in_c = (jc >= 0) & (jc < comp_len)
+        sc = gl.load(comp_row + jc, mask=in_c, other=-1)
+        slots = gl.where(in_c, sc, slots)
+        ok = ok | (in_c & (sc < c_slots))
+    valid = ok & (slots >= 0) & (i < end)
+    return gl.maximum(slots, 0).to(gl.int64), valid
+
+
+@gluon.constexpr_function
+def _words(fmt):
+    # int32 words per key and half of D in the raw ring: MXFP8 64, NVFP4 32, bf16 128
+    f = int(fmt)
+    return 64 if f == 0 else (32 if f == 1 else (128 if f == 2 else 0))
+
+
+@gluon.constexpr_function
+def _raw_words(w_fmt, c_fmt):
+    w, c = int(w_fmt), int(c_fmt)
+    ww = 64 if w == 0 else (32 if w == 1 else 128)
+    cw = 64 if c == 0 else (32 if c == 1 else (128 if c == 2 else 0))
+    return max(ww, cw)
+
+
+@gluon.constexpr_function
+def _kstages(w_fmt, c_fmt):
+    # bf16 records need a raw ring twice as large: two K stages then fit shared memory
+    return 2 if 2 in (int(w_fmt), int(c_fmt)) else GLUON_KSTAGES
+
+
+@gluon.jit
+def _issue_copy(raw_smem, rs, scl, st_ptr, page_stride, page_size, slots, valid,
+                FMT: gl.constexpr):  # fmt: skip
+    """cp.async both halves of the tile's data bytes into ring slot rs of `raw_smem` (int32
+    [2 NRAW, BLOCK_N, RW]: entry 2 rs + h holds channels [256 h, 256 h + 256) of each key,
+    packed at FMT's width) and the scale bytes into `scl` (uint8 [BLOCK_N, 32]: MXFP8 16
+    ue8m0 per key, NVFP4 32 e4m3)."""
+    page = slots // page_size
+    off = slots % page_size
+    base = page * page_stride
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    W: gl.constexpr = _words(FMT)
+    lay: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (W // 4), W // 4], [4, 1], [1, 0])
+    c = gl.arange(0, W, layout=gl.SliceLayout(0, lay))
+    vr = gl.convert_layout(valid, gl.SliceLayout(1, lay))
+    if FMT == 0:
+        row = (base + off * D) // 4
+    elif FMT == 1:
+        row = (base + off * (D // 2)) // 4
+    else:
+        row = (base + off * (2 * D)) // 4
+    row = gl.convert_layout(row, gl.SliceLayout(1, lay))
+    wptr = st_ptr.to(gl.pointer_type(gl.int32))
+    RW: gl.constexpr = raw_smem.shape[2]
+    for h in gl.static_range(2):
+        dst = raw_smem.index(rs * 2 + h)._reinterpret(gl.int32, [BLOCK_N * (RW // W), W], plain)
+        ptrs = wptr + row[:, None] + (h * W + c)[None, :]
+        async_copy.async_copy_global_to_shared(dst.slice(0, BLOCK_N), ptrs, mask=vr[:, None])
+    if FMT != 2:
+        NS: gl.constexpr = 16 if FMT == 0 else 32
+        sl_lay: gl.constexpr = gl.BlockedLayout(
+            [1, 16], [32 // (NS // 16), NS // 16], [4, 1], [1, 0]
+        )
+        ks = gl.arange(0, NS, layout=gl.SliceLayout(0, sl_lay))
+        vs = gl.convert_layout(valid, gl.SliceLayout(1, sl_lay))
+        if FMT == 0:
+            srow = base + page_size * D + off * (D // 32)
+        else:
+            srow = base + page_size * (D // 2) + off * (D // 16)
+        srow = gl.convert_layout(srow, gl.SliceLayout(1, sl_lay))
+        sdst = scl._reinterpret(gl.uint8, [BLOCK_N * (32 // NS), NS], plain).slice(0, BLOCK_N)
+        async_copy.async_copy_global_to_shared(
+            sdst, st_ptr + srow[:, None] + ks[None, :], mask=vs[:, None]
+        )
+
+
+@gluon.constexpr_function
+def _dec_layout():
+    # [SUB, 256] bf16: 16 consecutive channels of one key per thread
+    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
+
+
+@gluon.jit
+def _e2m1_to_e4m3(b):
+    """Per byte of NVFP4 codes (element 2i low nibble, 2i+1 high): the e4m3 bytes of the low
+    and high nibble; e2m1 code c (3 magnitude bits) as e4m3 `c << 2` is exactly c * 2^-6."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .b32 t; shl.b32 t, $2, 2; and.b32 $0, t, 0x1C1C1C1C; shl.b32 t, $2, 4;"
+        " and.b32 t, t, 0x80808080; or.b32 $0, $0, t; shr.b32 t, $2, 2;"
+        " and.b32 $1, t, 0x1C1C1C1C; and.b32 t, $2, 0x80808080; or.b32 $1, $1, t; }",
+        "=r,=r,r",
+        [b],
+        dtype=(gl.uint8, gl.uint8),
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
+def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr):
+    """bf16 [SUB, 256]: keys [k0, k0 + SUB) of the tile, channels [256 C, 256 C + 256), from
+    the raw ring; exact (SPEC section 4). Invalid keys were zero-filled by their masked
+    copies (data and scale bytes), so they decode to zeros."""
+    lay: gl.constexpr = _dec_layout()
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    NB: gl.constexpr = raw.shape[0] * raw.shape[1] * 4  # bytes of the ring slot
+    if FMT == 0:
+        l3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 8, 2], [4, 1, 1], [2, 1, 0])
+        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(k0, SUB)
+        sb = sv.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3)).to(gl.int16)
+        s16 = gl.where(sb == 0, 0x40, sb << 7).to(gl.bfloat16, bitcast=True)
+        s3 = gl.expand_dims(s16, 2).broadcast_to([SUB, 8, 32])
+        scp = gl.convert_layout(gl.reshape(s3, [SUB, 256]), lay, assert_trivial=True)
+        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(k0, SUB).load(lay)
+        x = b.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32).to(gl.bfloat16)
+        x = x * scp
+    elif FMT == 1:
+        l3b: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 16, 1], [4, 1, 1], [2, 1, 0])
+        sv1 = scl.slice(k0, SUB).slice(C * 16, 16, dim=1)
+        sb1 = sv1.load(gl.SliceLayout(2, l3b))
+        s1 = (sb1.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 64.0).to(gl.bfloat16)
+        s3b = gl.expand_dims(s1, 2).broadcast_to([SUB, 16, 16])
+        scp1 = gl.convert_layout(gl.reshape(s3b, [SUB, 256]), lay, assert_trivial=True)
+        lb: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+        b1 = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(k0, SUB).load(lb)
+        lo, hi = _e2m1_to_e4m3(b1)
+        flo = lo.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32)
+        fhi = hi.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32)
+        f = gl.convert_layout(gl.reshape(gl.join(flo, fhi), [SUB, 256]), lay, assert_trivial=True)
+        x = f.to(gl.bfloat16) * scp1
+    else:
+        x = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(k0, SUB).load(lay)
+    return x
+
+
+@gluon.jit
+def _fetch(i, isw, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride, w_page_size,
+           c_ptr, c_page_stride, c_page_size, W_FMT: gl.constexpr,
+           C_FMT: gl.constexpr):  # fmt: skip
+    """Start the copies of the program's tile i (a window tile when `isw`) into ring slot
+    i % NRAW as one cp.async group; record the keys' validity."""
+    rs = i % NRAW
+    if C_FMT == 3 or isw:
+        _issue_copy(raw_smem, rs, scl_smem.index(rs), w_ptr, w_page_stride, w_page_size, sl,
+                    ok, W_FMT)  # fmt: skip
+    else:
+        _issue_copy(raw_smem, rs, scl_smem.index(rs), c_ptr, c_page_stride, c_page_size, sl,
+                    ok, C_FMT)  # fmt: skip
+    meta_smem.index(rs).store(ok.to(gl.int32))
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _item_row(it, HB, S, SPLIT: gl.constexpr):
+    """(row int64, head block, slice) of item `it`; items are ordered (row, head block,
+    slice), S slices per (row, head block) in split mode, one otherwise."""
+    if SPLIT:
+        sp = it % S
+        th = it // S
+    else:
+        sp = it * 0
+        th = it
+    return (th // HB).to(gl.int64), th % HB, sp
+
+
+@gluon.jit
+def _item_lens(it, num_items, HB, S, swa_lens_ptr, comp_lens_ptr, HAS_COMP: gl.constexpr,
+               SPLIT: gl.constexpr):  # fmt: skip
+    """The raw (window, compressed) lengths of item `it`'s row; 0 from `num_items` on (past
+    the program's last item: its tiles are all masked and nothing is read)."""
+    t, _hb, _sp = _item_row(it, HB, S, SPLIT)
+    live = it < num_items
+    swa = gl.load(swa_lens_ptr + t, mask=live, other=0)
+    if HAS_COMP:
+        comp = gl.load(comp_lens_ptr + t, mask=live, other=0)
+    else:
+        comp = swa * 0
+    return swa, comp
+
+
+@gluon.jit
+def _item_tiles(sp, swa_raw, comp_raw, W, K, S, HAS_COMP: gl.constexpr, SPLIT: gl.constexpr):
+    """(window length, window tiles, compressed length, first tile, tile count, end tile) of
+    an item from its row's raw lengths: the row's tiles [0, total), or with SPLIT the
+    contiguous slice [sp total / S, (sp + 1) total / S)."""
+    swa_len = gl.minimum(gl.maximum(swa_raw, 0), W)
+    n_w = gl.cdiv(swa_len, BLOCK_N)
+    if HAS_COMP:
+        comp_len = gl.minimum(gl.maximum(comp_raw, 0), K)
+    else:
+        comp_len = swa_len * 0
+    total = n_w + gl.cdiv(comp_len, BLOCK_N)
+    if SPLIT:
+        lo = sp * total // S
+        end = (sp + 1) * total // S
+    else:
+        lo = total * 0
+        end = total
+    # at least one (all-masked) tile, so a consumer may issue its first product unconditionally
+    return swa_len, n_w, comp_len, lo, gl.maximum(end - lo, 1), end
+
+
+@gluon.jit
+def _cursor_step(c_it, c_j, c_swa, c_comp, nx_swa, nx_comp, G, num_items, HB, S, W, K,
+                 swa_ptr, stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t, comp_lens_ptr,
+                 w_num_slots, c_num_slots, HAS_COMP: gl.constexpr, SPLIT: gl.constexpr,
+                 layout: gl.constexpr):  # fmt: skip
+    """The producer's cursor over the program's (item, tile) sequence: item c_it, its tile
+    c_j, the item's row lengths (clamped) and nx_* the raw lengths of item c_it + G. Returns
+    the (slots, validity, is-a-window-tile) of the cursor's tile and the cursor one tile on.
+    An item has at least one tile, so a step crosses at most one item boundary; the next
+    item's lengths were loaded one step earlier, so the cursor never waits on a length load.
+    Past the last item the lengths are 0: every key is masked and no slot is read."""
+    t, _hb, sp = _item_row(c_it, HB, S, SPLIT)
+    _sw, nw, _cl, lo, n, end = _item_tiles(sp, c_swa, c_comp, W, K, S, HAS_COMP, SPLIT)
+    g = lo + c_j
+    sl, ok = _tile_slots(g, nw, end, swa_ptr + t * stride_swa_t, c_swa,
+                         comp_ptr + t * stride_comp_t, c_comp, w_num_slots, c_num_slots,
+                         HAS_COMP, layout)  # fmt: skip
+    j1 = c_j + 1
+    wrap = j1 >= n
+    it = gl.where(wrap, c_it + G, c_it)
+    swa, _nw2, comp, _lo2, _n2, _end2 = _item_tiles(sp, nx_swa, nx_comp, W, K, S, HAS_COMP,
+                                                    False)  # fmt: skip
+    l_swa, l_comp = _item_lens(it + G, num_items, HB, S, swa_lens_ptr, comp_lens_ptr, HAS_COMP,
+                               SPLIT)  # fmt: skip
+    return (sl, ok, g < nw, it, gl.where(wrap, 0, j1), gl.where(wrap, swa, c_swa),
+            gl.where(wrap, comp, c_comp), l_swa, l_comp)  # fmt: skip
+
+
+@gluon.jit
+def _copy_q(q_smem, q_ptr, t, hb, stride_qt, stride_qh, H):
+    """cp.async Q of (row t, head block hb) into the two [64, 256] halves of `q_smem` (16-byte
+    pieces; heads >= H zero-fill, as the masked load of the kernel before did)."""
+    lay: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, lay))
+    c = gl.arange(0, 256, layout=gl.SliceLayout(0, lay))
+    hmask = (heads < H)[:, None]
+    for h in gl.static_range(2):
+        ptrs = q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + c[None, :]
+        async_copy.async_copy_global_to_shared(q_smem.index(h), ptrs, mask=hmask)
+
+
+@gluon.jit
+def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+              bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+              SPLIT: gl.constexpr):  # fmt: skip
+    (
+        q_ptr,
+        stride_qt,
+        stride_qh,
+        w_ptr,
+        w_page_stride,
+        w_page_size,
+        w_num_slots,
+        swa_ptr,
+        stride_swa_t,
+        swa_lens_ptr,
+        W,
+        c_ptr,
+        c_page_stride,
+        c_page_size,
+        c_num_slots,
+        comp_ptr,
+        stride_comp_t,
+        comp_lens_ptr,
+        K,
+        _sink_ptr,
+        _scale,
+        _out_ptr,
+        _stride_ot,
+        _stride_oh,
+        _lse_ptr,
+        _stride_lt,
+        H,
+        _part_o_ptr,
+        _part_ml_ptr,
+        S,
+        num_items,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    PF: gl.constexpr = 1 + 2 * KS
+    pid = gl.program_id(0)
+    G = gl.num_programs(0)
+    HB = gl.cdiv(H, BLOCK_H)
+    row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    # Q of the first item: its own copy group, older than tile 0's, so complete at tile 0
+    t0, hb0, sp0 = _item_row(pid, HB, S, SPLIT)
+    _copy_q(q_smem, q_ptr, t0, hb0, stride_qt, stride_qh, H)
+    async_copy.commit_group()
+    q_at = pid * 0  # the tile at whose start the pending Q copy is complete and signalled
+    # the cursor of the slot loads and copies: NRAW tiles copied, the slots of one more loaded
+    sw0, cp0 = _item_lens(pid, num_items, HB, S, swa_lens_ptr, comp_lens_ptr, HAS_COMP, SPLIT)
+    c_swa, _nw0, c_comp, _lo0, _n0, _end0 = _item_tiles(sp0, sw0, cp0, W, K, S, HAS_COMP,
+                                                        False)  # fmt: skip
+    c_it = pid
+    c_j = pid * 0
+    nx_swa, nx_comp = _item_lens(pid + G, num_items, HB, S, swa_lens_ptr, comp_lens_ptr,
+                                 HAS_COMP, SPLIT)  # fmt: skip
+    for r in gl.static_range(NRAW):
+        sl_r, ok_r, isw_r, c_it, c_j, c_swa, c_comp, nx_swa, nx_comp = _cursor_step(
+            c_it, c_j, c_swa, c_comp, nx_swa, nx_comp, G, num_items, HB, S, W, K, swa_ptr,
+            stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t, comp_lens_ptr, w_num_slots,
+            c_num_slots, HAS_COMP, SPLIT, row_l)  # fmt: skip
+        _fetch(r, isw_r, sl_r, ok_r, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+    sl_n, ok_n, isw_n, c_it, c_j, c_swa, c_comp, nx_swa, nx_comp = _cursor_step(
+        c_it, c_j, c_swa, c_comp, nx_swa, nx_comp, G, num_items, HB, S, W, K, swa_ptr,
+        stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t, comp_lens_ptr, w_num_slots,
+        c_num_slots, HAS_COMP, SPLIT, row_l)  # fmt: skip
+
+    # the decode side walks the same items; their lengths are loaded one item ahead
+    d_swa, d_comp = sw0, cp0
+    g = pid * 0  # the program's tiles before this item
+    k = pid * 0  # the program's items before this one
+    for it in range(pid, num_items, G):
+        _t, _hb, sp = _item_row(it, HB, S, SPLIT)
+        _sw, n_w, _cl, lo, n, _end = _item_tiles(sp, d_swa, d_comp, W, K, S, HAS_COMP, SPLIT)
+        w_left = n_w - lo  # the item's tiles j < w_left are window tiles
+        d_swa, d_comp = _item_lens(it + G, num_items, HB, S, swa_lens_ptr, comp_lens_ptr,
+                                   HAS_COMP, SPLIT)  # fmt: skip
+        for j in range(0, n):
+            i = g + j
+            # slots of tile i + NRAW were loaded one step ago; load those of i + NRAW + 1
+            sl_f = sl_n
+            ok_f = ok_n
+            isw_f = isw_n
+            sl_n, ok_n, isw_n, c_it, c_j, c_swa, c_comp, nx_swa, nx_comp = _cursor_step(
+                c_it, c_j, c_swa, c_comp, nx_swa, nx_comp, G, num_items, HB, S, W, K, swa_ptr,
+                stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t, comp_lens_ptr,
+                w_num_slots, c_num_slots, HAS_COMP, SPLIT, row_l)  # fmt: skip
+            ks = i % KS
+            rs = i % NRAW
+            async_copy.wait_group(NRAW - 1)
+            gl.thread_barrier()
+            if i == q_at:
+                # the pending Q copy's group is complete (it is older than tile i's)
+                fence_async_shared()
+                gl.thread_barrier()
+                mbarrier.arrive(bars.index(0), count=1)
+            ok_i = meta_smem.index(rs).load(row_l) != 0
+            # both consumers finished tile i - KS, the last reader of this stage
+            mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
+            for h in gl.static_range(2):
+                for k0 in gl.static_range(0, BLOCK_N, SUB):
+                    if C_FMT == 3 or j < w_left:
+                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
+                                        W_FMT, h)  # fmt: skip
+                    else:
+                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
+                                        C_FMT, h)  # fmt: skip
+                    k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
+            kval_smem.index(ks).store(ok_i.to(gl.int32))
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(1 + ks), count=1)
+            if (j == 0) & (k > 0):
+                # consumer 0 issued and finished its last Q.K^T of the item before: Q is
+                # free. Its copy group goes before tile i + NRAW's, so it is complete at
+                # the start of tile i + NRAW - 1.
+                mbarrier.wait(bars.index(PF + 6), (k - 1) & 1)
+                t, hb, _sp = _item_row(it, HB, S, SPLIT)
+                _copy_q(q_smem, q_ptr, t, hb, stride_qt, stride_qh, H)
+                async_copy.commit_group()
+                q_at = i + NRAW - 1
+            _fetch(i + NRAW, isw_f, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
+                   w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
+                   C_FMT)  # fmt: skip
+        g += n
+        k += 1
+    async_copy.wait_group(0)
+    if q_at >= g:
+        # the last item's Q was copied after the program's last tile started
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(0), count=1)
+
+
+@gluon.jit
+def _qk(q_smem, k_smem, js, mma_s: gl.constexpr):
+    """Issue S = Q.K^T of K stage js (async; wait on the result)."""
+    s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
+    for h in gl.static_range(2):
+        s = warpgroup_mma(q_smem.index(h), k_smem.index(js * 2 + h).permute((1, 0)), s,
+                          is_async=True)  # fmt: skip
+    return s
+
+
+@gluon.jit
+def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
+    """Online softmax of one tile: (P bf16, rescale factor, new max, new sum)."""
+    ok_j = kval.load(gl.SliceLayout(0, mma_s)) != 0
+    s = gl.where(ok_j[None, :], s * scale, -float("inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
+    m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
+    alpha = gl.exp(m_i - m_safe)
+    p = gl.exp(s - m_safe[:, None])
+    l_new = l_i * alpha + gl.sum(p, 1)
+    return p.to(gl.bfloat16), alpha, m_new, l_new
+
+
+@gluon.jit
+def _share_p(p16, alpha, gj, p_smem, x_smem, bars, PF: gl.constexpr):
+    """P and the rescale factor of the program's tile gj into buffer gj % 2 for consumer 1
+    (once it consumed tile gj - 2's)."""
+    ps = gj % 2
+    mbarrier.wait(bars.index(PF + 2 + ps), ((gj // 2) & 1) ^ 1, pred=gj >= 2)
+    p_smem.index(ps).store(p16)
+    x_smem.index(ps).store(alpha)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(PF + ps), count=1)
+
+
+@gluon.jit
+def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+               SPLIT: gl.constexpr):  # fmt: skip
+    """Q.K^T of the whole tile, the online softmax, P (bf16) and the rescale factor to shared
+    memory for consumer 1, P.V over channels [0, 256)."""
+    (
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
+        _w_ptr,
+        _w_page_stride,
+        _w_page_size,
+        _w_num_slots,
+        _swa_ptr,
+        _stride_swa_t,
+        swa_lens_ptr,
+        W,
+        _c_ptr,
+        _c_page_stride,
+        _c_page_size,
+        _c_num_slots,
+        _comp_ptr,
+        _stride_comp_t,
+        comp_lens_ptr,
+        K,
+        sink_ptr,
+        scale,
+        out_ptr,
+        stride_ot,
+        stride_oh,
+        lse_ptr,
+        stride_lt,
+        H,
+        part_o_ptr,
+        part_ml_ptr,
+        S,
+        num_items,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    PF: gl.constexpr = 1 + 2 * KS
+    pid = gl.program_id(0)
+    G = gl.num_programs(0)
+    HB = gl.cdiv(H, BLOCK_H)
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
+    )
+    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
+    d_swa, d_comp = _item_lens(pid, num_items, HB, S, swa_lens_ptr, comp_lens_ptr, HAS_COMP,
+                               SPLIT)  # fmt: skip
+    g = pid * 0  # the program's tiles before this item
+    k = pid * 0  # the program's items before this one
+    for it in range(pid, num_items, G):
+        t, hb, sp = _item_row(it, HB, S, SPLIT)
+        _sw, _nw, _cl, _lo, n, _end = _item_tiles(sp, d_swa, d_comp, W, K, S, HAS_COMP, SPLIT)
+        d_swa, d_comp = _item_lens(it + G, num_items, HB, S, swa_lens_ptr, comp_lens_ptr,
+                                   HAS_COMP, SPLIT)  # fmt: skip
+        m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
+        l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
+        acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
+        mbarrier.wait(bars.index(0), k & 1)
+        mbarrier.wait(bars.index(1 + g % KS), (g // KS) & 1)
+        s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, g % KS, mma_s)])
+        for j in range(0, n - 1):
+            gj = g + j
+            js = gj % KS
+            # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax
+            jn = (gj + 1) % KS
+            mbarrier.wait(bars.index(1 + jn), ((gj + 1) // KS) & 1)
+            s_tok = _qk(q_smem, k_smem, jn, mma_s)
+            p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
+            _share_p(p16, alpha, gj, p_smem, x_smem, bars, PF)
+            alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+            tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
+                                acc * alpha_o[:, None], is_async=True)  # fmt: skip
+            acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(1 + KS + js), count=1)
+        # every Q.K^T of this item is done: the producer may copy the next item's Q
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(PF + 6), count=1)
+        gl_ = g + n - 1
+        js = gl_ % KS
+        p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
+        _share_p(p16, alpha, gl_, p_smem, x_smem, bars, PF)
+        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+        tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
+                            acc * alpha_o[:, None], is_async=True)  # fmt: skip
+        acc = warpgroup_mma_wait(0, deps=[tok])
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(1 + KS + js), count=1)
+
+        oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
+        omask = oheads < H
+        if SPLIT:
+            # the slice's partial state for the combine kernel: (m, l) and acc, unnormalized
+            pidx = (t * H + oheads) * S + sp
+            gl.store(part_ml_ptr + pidx * 2, m_i, mask=omask)
+            gl.store(part_ml_ptr + pidx * 2 + 1, l_i, mask=omask)
+            _store_part(acc, part_o_ptr, t, H, hb, S, sp, 0, mma_o)
+        else:
+            # sink in the denominator only; the denominator to consumer 1 once it read the
+            # previous item's
+            has = m_i > -float("inf")
+            m_safe_o = gl.where(has, m_i, 0.0)
+            sink = gl.load(sink_ptr + oheads, mask=omask, other=0.0)
+            denom = gl.where(has, l_i + gl.exp(sink - m_safe_o), 0.0)
+            mbarrier.wait(bars.index(PF + 5), (k - 1) & 1, pred=k > 0)
+            x_smem.index(2).store(denom)
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(PF + 4), count=1)
+            lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
+            gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
+            _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), out_ptr, t,
+                       stride_ot, stride_oh, hb, H, 0, mma_o)  # fmt: skip
+        g += n
+        k += 1
+    return (g,)
+
+
+@gluon.jit
+def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C: gl.constexpr,
+               mma_o: gl.constexpr):  # fmt: skip
+    o = gl.where(denom[:, None] > 0.0, acc / denom[:, None], 0.0).to(gl.bfloat16)
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
+    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
+    ptrs = out_ptr + t * stride_ot + oheads[:, None] * stride_oh + C * 256 + oc[None, :]
+    gl.store(ptrs, o, mask=(oheads < H)[:, None])
+
+
+@gluon.jit
+def _store_part(acc, part_o_ptr, t, H, hb, S, sp, C: gl.constexpr, mma_o: gl.constexpr):
+    """Channels [256 C, 256 C + 256) of the unnormalized fp32 accumulator into the partials
+    (fp32 [T, H, S, D]) of slice sp."""
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
+    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
+    pidx = (t * H + oheads) * S + sp
+    ptrs = part_o_ptr + pidx[:, None] * D + C * 256 + oc[None, :]
+    gl.store(ptrs, acc, mask=(oheads < H)[:, None])
+
+
+@gluon.jit
+def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+               SPLIT: gl.constexpr):  # fmt: skip
+    """P.V over channels [256, 512) with P and the rescale factor from consumer 0."""
+    (
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
+        _w_ptr,
+        _w_page_stride,
+        _w_page_size,
+        _w_num_slots,
+        _swa_ptr,
+        _stride_swa_t,
+        swa_lens_ptr,
+        W,
+        _c_ptr,
+        _c_page_stride,
+        _c_page_size,
+        _c_num_slots,
+        _comp_ptr,
+        _stride_comp_t,
+        comp_lens_ptr,
+        K,
+        _sink_ptr,
+        _scale,
+        out_ptr,
+        stride_ot,
+        stride_oh,
+        _lse_ptr,
+        _stride_lt,
+        H,
+        part_o_ptr,
+        _part_ml_ptr,
+        S,
+        num_items,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    PF: gl.constexpr = 1 + 2 * KS
+    pid = gl.program_id(0)
+    G = gl.num_programs(0)
+    HB = gl.cdiv(H, BLOCK_H)
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
+    )
+    row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
+    d_swa, d_comp = _item_lens(pid, num_items, HB, S, swa_lens_ptr, comp_lens_ptr, HAS_COMP,
+                               SPLIT)  # fmt: skip
+    g = pid * 0
+    k = pid * 0
+    for it in range(pid, num_items, G):
+        t, hb, sp = _item_row(it, HB, S, SPLIT)
+        _sw, _nw, _cl, _lo, n, _end = _item_tiles(sp, d_swa, d_comp, W, K, S, HAS_COMP, SPLIT)
+        d_swa, d_comp = _item_lens(it + G, num_items, HB, S, swa_lens_ptr, comp_lens_ptr,
+                                   HAS_COMP, SPLIT)  # fmt: skip
+        acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
+        for j in range(0, n):
+            gj = g + j
+            js = gj % KS
+            ps = gj % 2
+            mbarrier.wait(bars.index(PF + ps), (gj // 2) & 1)
+            alpha = x_smem.index(ps).load(row_o)
+            tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1), acc * alpha[:, None],
+                                is_async=True)  # fmt: skip
+            acc = warpgroup_mma_wait(0, deps=[tok])
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
+            mbarrier.arrive(bars.index(1 + KS + js), count=1)
+        if SPLIT:
+            _store_part(acc, part_o_ptr, t, H, hb, S, sp, 1, mma_o)
+        else:
+            mbarrier.wait(bars.index(PF + 4), k & 1)
+            denom = x_smem.index(2).load(row_o)
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(PF + 5), count=1)
+            _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, 1, mma_o)
+        g += n
+        k += 1
+
+
+@gluon.jit
+def _gluon_sparse_attn_kernel(
+    q_ptr, stride_qt, stride_qh,  # bf16 q; strides in elements
+    w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr, stride_swa_t, swa_lens_ptr, W,
+    c_ptr, c_page_stride, c_page_size, c_num_slots, comp_ptr, stride_comp_t, comp_lens_ptr, K,
+    sink_ptr, scale,
+    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # bf16 out
+    H,
+    part_o_ptr, part_ml_ptr, num_splits,  # SPLIT: fp32 [T, H, splits, D], [T, H, splits, 2]
+    num_items,  # T x head blocks (x num_splits with SPLIT); the grid may be smaller
+    W_FMT: gl.constexpr, C_FMT: gl.constexpr, SPLIT: gl.constexpr,
+):  # fmt: skip
+    KS: gl.constexpr = _kstages(W_FMT, C_FMT)
+    RW: gl.constexpr = _raw_words(W_FMT, C_FMT)
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 256], gl.bfloat16)
+    k_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 256], gl.bfloat16)
+    p_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], gl.bfloat16)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, 256], q_lay)
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2 * KS, BLOCK_N, 256], k_lay)
+    raw_smem = gl.allocate_shared_memory(gl.int32, [NRAW * 2, BLOCK_N, RW], plain)
+    scl_smem = gl.allocate_shared_memory(gl.uint8, [NRAW, BLOCK_N, 32], plain)
+    meta_smem = gl.allocate_shared_memory(gl.int32, [NRAW, BLOCK_N], plain1)
+    kval_smem = gl.allocate_shared_memory(gl.int32, [KS, BLOCK_N], plain1)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, BLOCK_N], p_lay)
+    x_smem = gl.allocate_shared_memory(gl.float32, [3, BLOCK_H], plain1)
+    # barriers: 0 Q stored; 1 + s K stage s filled; 1 + KS + s stage s released (2 arrivals);
+    # PF + b P buffer b filled; PF + 2 + b P buffer b consumed; PF + 4 denominator stored;
+    # PF + 5 denominator read; PF + 6 Q free (consumer 0's last Q.K^T of an item done)
+    PF: gl.constexpr = 1 + 2 * KS
+    bars = gl.allocate_shared_memory(gl.int64, [PF + 7, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(1 + KS):
+        mbarrier.init(bars.index(b), count=1)
+    for b in gl.static_range(1 + KS, PF):
+        mbarrier.init(bars.index(b), count=2)
+    for b in gl.static_range(PF, PF + 7):
+        mbarrier.init(bars.index(b), count=1)
+    fence_async_shared()
+    gl.thread_barrier()
+    a = (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr,
+         stride_swa_t, swa_lens_ptr, W, c_ptr, c_page_stride, c_page_size, c_num_slots,
+         comp_ptr, stride_comp_t, comp_lens_ptr, K, sink_ptr, scale, out_ptr, stride_ot,
+         stride_oh, lse_ptr, stride_lt, H, part_o_ptr, part_ml_ptr, num_splits,
+         num_items)  # fmt: skip
+    # (the argument tuples are written out: a tuple bound to a name loses its constexprs)
+    gl.warp_specialize(
+        [
+            (_consumer0, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem,
+                          x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+            (_consumer1, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem,
+                          x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+            (_producer, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem,
+                         x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+        ],
+        [4, 4],
+        [C1_REGS, PRODUCER_REGS],
+    )  # fmt: skip
