@@ -266,7 +266,9 @@ class Engine:
             self.prefix_cache.clear()
 
     def warmup(self) -> None:
-        """Capture every CUDA graph now instead of at first use."""
+        """Capture the CUDA graphs now instead of at first use (every bucket's graph for steps
+        without top-k/top-p rows; the variant for steps with them is captured when first
+        needed)."""
         self.runner.capture_all()
 
     # ------------------------------------------------------------------ validation

@@ -200,7 +200,9 @@ class StepRunner:
 
     # ------------------------------------------------------------------ graphs
     def capture_all(self) -> None:
-        """Capture every bucket now (largest first, so the smaller ones reuse its memory)."""
+        """Capture every bucket now (largest first, so the smaller ones reuse its memory): the
+        graphs of steps without top-k/top-p rows; a bucket's variant for steps with such rows
+        (`step_filters`) is captured at its first use, since many workloads never need it."""
         for b in reversed(self.buckets):
             self._get(b)
 
