@@ -69,170 +69,36 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-GLUON_D = 512
-GLUON_BLOCK_H = 64
-GLUON_BLOCK_N = 32
-GLUON_NUM_WARPS = 4
-GLUON_KSTAGES = 3  # K stages (2 when a cache holds bf16 records: their raw ring is larger)
-GLUON_RAW_STAGES = 2
-# Register split: the launch caps every thread at GLUON_MAXNREG (12 warps x 32 x 168 fit the
-# 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 168, the
-# producer to 136, and Triton gives the default partition (consumer 0) what is left: 200.
-GLUON_MAXNREG = 168
-D = gl.constexpr(GLUON_D)
-HALF = gl.constexpr(GLUON_D // 2)
-BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
-BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
-NRAW = gl.constexpr(GLUON_RAW_STAGES)
-SUB = gl.constexpr(16)  # keys decoded per step (register pressure)
-C1_REGS = gl.constexpr(168)
-PRODUCER_REGS = gl.constexpr(136)
-
-
-@gluon.jit
-def _tile_slots(i, n_w, end, swa_row, swa_len, comp_row, comp_len, w_slots, c_slots,
-                HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
-    """(slot int64 clamped to >= 0, validity) of the keys of the row's tile i, in `layout`;
-    tiles from `end` on are masked (the program's slice of the row ends there)."""
-    offs = gl.arange(0, BLOCK_N, layout=layout)
-    jw = i * BLOCK_N + offs
-    in_w = jw < swa_len
-    slots = gl.load(swa_row + jw, mask=in_w, other=-1)
-    ok = in_w & (slots < w_slots)
-    if HAS_COMP:
-        jc = (i - n_w) * BLOCK_N + offs
-        in_c = (jc >= 0) & (jc < comp_len)
-        sc = gl.load(comp_row + jc, mask=in_c, other=-1)
-        slots = gl.where(in_c, sc, slots)
-        ok = ok | (in_c & (sc < c_slots))
-    valid = ok & (slots >= 0) & (i < end)
-    return gl.maximum(slots, 0).to(gl.int64), valid
-
-
-@gluon.constexpr_function
-def _words(fmt):
-    # int32 words per key and half of D in the raw ring: MXFP8 64, NVFP4 32, bf16 128
-    f = int(fmt)
-    return 64 if f == 0 else (32 if f == 1 else (128 if f == 2 else 0))
-
-
-@gluon.constexpr_function
-def _raw_words(w_fmt, c_fmt):
-    w, c = int(w_fmt), int(c_fmt)
-    ww = 64 if w == 0 else (32 if w == 1 else 128)
-    cw = 64 if c == 0 else (32 if c == 1 else (128 if c == 2 else 0))
-    return max(ww, cw)
-
-
-@gluon.constexpr_function
-def _kstages(w_fmt, c_fmt):
-    # bf16 records need a raw ring twice as large: two K stages then fit shared memory
-    return 2 if 2 in (int(w_fmt), int(c_fmt)) else GLUON_KSTAGES
-
-
-@gluon.jit
-def _issue_copy(raw_smem, rs, scl, st_ptr, page_stride, page_size, slots, valid,
-                FMT: gl.constexpr):  # fmt: skip
-    """cp.async both halves of the tile's data bytes into ring slot rs of `raw_smem` (int32
-    [2 NRAW, BLOCK_N, RW]: entry 2 rs + h holds channels [256 h, 256 h + 256) of each key,
-    packed at FMT's width) and the scale bytes into `scl` (uint8 [BLOCK_N, 32]: MXFP8 16
-    ue8m0 per key, NVFP4 32 e4m3)."""
-    page = slots // page_size
-    off = slots % page_size
-    base = page * page_stride
-    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    W: gl.constexpr = _words(FMT)
-    lay: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (W // 4), W // 4], [4, 1], [1, 0])
-    c = gl.arange(0, W, layout=gl.SliceLayout(0, lay))
-    vr = gl.convert_layout(valid, gl.SliceLayout(1, lay))
-    if FMT == 0:
-        row = (base + off * D) // 4
-    elif FMT == 1:
-        row = (base + off * (D // 2)) // 4
-    else:
-        row = (base + off * (2 * D)) // 4
-    row = gl.convert_layout(row, gl.SliceLayout(1, lay))
-    wptr = st_ptr.to(gl.pointer_type(gl.int32))
-    RW: gl.constexpr = raw_smem.shape[2]
-    for h in gl.static_range(2):
-        dst = raw_smem.index(rs * 2 + h)._reinterpret(gl.int32, [BLOCK_N * (RW // W), W], plain)
-        ptrs = wptr + row[:, None] + (h * W + c)[None, :]
-        async_copy.async_copy_global_to_shared(dst.slice(0, BLOCK_N), ptrs, mask=vr[:, None])
-    if FMT != 2:
-        NS: gl.constexpr = 16 if FMT == 0 else 32
-        sl_lay: gl.constexpr = gl.BlockedLayout(
-            [1, 16], [32 // (NS // 16), NS // 16], [4, 1], [1, 0]
-        )
-        ks = gl.arange(0, NS, layout=gl.SliceLayout(0, sl_lay))
-        vs = gl.convert_layout(valid, gl.SliceLayout(1, sl_lay))
-        if FMT == 0:
-            srow = base + page_size * D + off * (D // 32)
-        else:
-            srow = base + page_size * (D // 2) + off * (D // 16)
-        srow = gl.convert_layout(srow, gl.SliceLayout(1, sl_lay))
-        sdst = scl._reinterpret(gl.uint8, [BLOCK_N * (32 // NS), NS], plain).slice(0, BLOCK_N)
-        async_copy.async_copy_global_to_shared(
-            sdst, st_ptr + srow[:, None] + ks[None, :], mask=vs[:, None]
-        )
-
-
-@gluon.constexpr_function
-def _dec_layout():
-    # [SUB, 256] bf16: 16 consecutive channels of one key per thread
-    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
-
-
-@gluon.jit
-def _e2m1_to_e4m3(b):
-    """Per byte of NVFP4 codes (element 2i low nibble, 2i+1 high): the e4m3 bytes of the low
-    and high nibble; e2m1 code c (3 magnitude bits) as e4m3 `c << 2` is exactly c * 2^-6."""
-    return gl.inline_asm_elementwise(
-        "{ .reg .b32 t; shl.b32 t, $2, 2; and.b32 $0, t, 0x1C1C1C1C; shl.b32 t, $2, 4;"
-        " and.b32 t, t, 0x80808080; or.b32 $0, $0, t; shr.b32 t, $2, 2;"
-        " and.b32 $1, t, 0x1C1C1C1C; and.b32 t, $2, 0x80808080; or.b32 $1, $1, t; }",
-        "=r,=r,r",
-        [b],
-        dtype=(gl.uint8, gl.uint8),
-        is_pure=True,
-        pack=4,
-    )
-
-
-@gluon.jit
-def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr):
-    """bf16 [SUB, 256]: keys [k0, k0 + SUB) of the tile, channels [256 C, 256 C + 256), from
-    the raw ring; exact (SPEC section 4). Invalid keys were zero-filled by their masked
-    copies (data and scale bytes), so they decode to zeros."""
-    lay: gl.constexpr = _dec_layout()
-    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    NB: gl.constexpr = raw.shape[0] * raw.shape[1] * 4  # bytes of the ring slot
-    if FMT == 0:
-        l3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 8, 2], [4, 1, 1], [2, 1, 0])
-        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(k0, SUB)
-        sb = sv.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3)).to(gl.int16)
-        s16 = gl.where(sb == 0, 0x40, sb << 7).to(gl.bfloat16, bitcast=True)
-        s3 = gl.expand_dims(s16, 2).broadcast_to([SUB, 8, 32])
-        scp = gl.convert_layout(gl.reshape(s3, [SUB, 256]), lay, assert_trivial=True)
-        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(k0, SUB).load(lay)
-        x = b.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32).to(gl.bfloat16)
-        x = x * scp
-    elif FMT == 1:
-        l3b: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 16, 1], [4, 1, 1], [2, 1, 0])
-        sv1 = scl.slice(k0, SUB).slice(C * 16, 16, dim=1)
-        sb1 = sv1.load(gl.SliceLayout(2, l3b))
-        s1 = (sb1.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 64.0).to(gl.bfloat16)
-        s3b = gl.expand_dims(s1, 2).broadcast_to([SUB, 16, 16])
-        scp1 = gl.convert_layout(gl.reshape(s3b, [SUB, 256]), lay, assert_trivial=True)
-        lb: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-        b1 = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(k0, SUB).load(lb)
-        lo, hi = _e2m1_to_e4m3(b1)
-        flo = lo.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32)
-        fhi = hi.to(gl.float8e4nv, bitcast=True).to(gl.float16).to(gl.float32)
-        f = gl.convert_layout(gl.reshape(gl.join(flo, fhi), [SUB, 256]), lay, assert_trivial=True)
-        x = f.to(gl.bfloat16) * scp1
-    else:
-        x = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(k0, SUB).load(lay)
-    return x
+# The constants and the helpers this copy shares with the production kernel, unchanged (the
+# persistent grid changes the producer, the consumers, the fetch and the kernel only).
+from ds41_attention.ops.sparse_attention.gluon_kernels import (  # noqa: F401
+    BLOCK_H,
+    BLOCK_N,
+    C1_REGS,
+    GLUON_BLOCK_H,
+    GLUON_BLOCK_N,
+    GLUON_D,
+    GLUON_KSTAGES,
+    GLUON_MAXNREG,
+    GLUON_NUM_WARPS,
+    GLUON_RAW_STAGES,
+    HALF,
+    NRAW,
+    PRODUCER_REGS,
+    SUB,
+    D,
+    _dec_layout,
+    _decode_sub,
+    _e2m1_to_e4m3,
+    _issue_copy,
+    _kstages,
+    _qk,
+    _raw_words,
+    _softmax,
+    _store_out,
+    _tile_slots,
+    _words,
+)
 
 
 @gluon.jit
@@ -479,30 +345,6 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
 
 
 @gluon.jit
-def _qk(q_smem, k_smem, js, mma_s: gl.constexpr):
-    """Issue S = Q.K^T of K stage js (async; wait on the result)."""
-    s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
-    for h in gl.static_range(2):
-        s = warpgroup_mma(q_smem.index(h), k_smem.index(js * 2 + h).permute((1, 0)), s,
-                          is_async=True)  # fmt: skip
-    return s
-
-
-@gluon.jit
-def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
-    """Online softmax of one tile: (P bf16, rescale factor, new max, new sum)."""
-    ok_j = kval.load(gl.SliceLayout(0, mma_s)) != 0
-    s = gl.where(ok_j[None, :], s * scale, -float("inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1))
-    # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
-    m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
-    alpha = gl.exp(m_i - m_safe)
-    p = gl.exp(s - m_safe[:, None])
-    l_new = l_i * alpha + gl.sum(p, 1)
-    return p.to(gl.bfloat16), alpha, m_new, l_new
-
-
-@gluon.jit
 def _share_p(p16, alpha, gj, p_smem, x_smem, bars, PF: gl.constexpr):
     """P and the rescale factor of the program's tile gj into buffer gj % 2 for consumer 1
     (once it consumed tile gj - 2's)."""
@@ -637,16 +479,6 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         g += n
         k += 1
     return (g,)
-
-
-@gluon.jit
-def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C: gl.constexpr,
-               mma_o: gl.constexpr):  # fmt: skip
-    o = gl.where(denom[:, None] > 0.0, acc / denom[:, None], 0.0).to(gl.bfloat16)
-    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
-    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
-    ptrs = out_ptr + t * stride_ot + oheads[:, None] * stride_oh + C * 256 + oc[None, :]
-    gl.store(ptrs, o, mask=(oheads < H)[:, None])
 
 
 @gluon.jit
