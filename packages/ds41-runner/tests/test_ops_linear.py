@@ -95,10 +95,15 @@ def test_triton_fp32_path(device):
 
 @pytest.mark.gpu
 def test_gpu_rows_bitwise_for_any_batch():
-    x, w = _data(300, 1024, 512, seed=9)
+    from ds41_runner.ops.matmul.plan import DECODE_TILE, plan_matmul
+
+    # 1,100 rows of a [4096, 512] weight launch with a prefill tile, the slices below with
+    # the decode tile (checked), so this also tests that the tile does not change the bits.
+    x, w = _data(1100, 4096, 512, seed=9)
     x, w = x.cuda(), w.cuda()
+    assert plan_matmul(4096, 512).tile(1100, False) != DECODE_TILE
     full = linear(x, w, mode="bi")
-    for m in (1, 7, 64, 129):
+    for m in (1, 7, 64, 129, 300):
         assert torch.equal(linear(x[:m], w, mode="bi"), full[:m])
         assert torch.equal(linear(x[-m:], w, mode="bi"), full[-m:])
 
@@ -175,6 +180,43 @@ def test_triton_segments_split_or_not_same_bits(device, groups, n, k):
         assert ((outs[0][:, i * n : (i + 1) * n].double().cpu() - ref).abs() <= tol).all()
 
 
+def test_launch_tile_rule():
+    from ds41_runner.ops.matmul.plan import DECODE_TILE, PREFILL_TILES, plan_matmul
+
+    big, mid = PREFILL_TILES
+    assert plan_matmul(32768, 256).tile(64, False) == DECODE_TILE  # decode batch
+    assert plan_matmul(32768, 256).tile(1024, False) == big
+    assert plan_matmul(32768, 256).tile(1024, True) == DECODE_TILE  # split launches
+    assert plan_matmul(256, 4096, 8).tile(1024, False) == mid  # 128 programs at 128 x 128
+    assert plan_matmul(512, 1024).tile(1024, False) == DECODE_TILE  # too few of either
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("split", [False, True])
+def test_triton_every_launch_tile_same_bits(device, split):
+    from ds41_runner.ops.matmul.plan import DECODE_TILE, PREFILL_TILES, plan_matmul
+    from ds41_runner.ops.matmul.triton_kernels import launch_matmul
+
+    # 130 rows and 200 columns cross the 128-row and 128-column tiles; K = 600 has a partial
+    # last K tile; each tile writes over a NaN-poisoned output.
+    g = torch.Generator().manual_seed(21)
+    x = (torch.randn(130, 1, 600, generator=g) * 2).to(torch.bfloat16).to(device)
+    w = (torch.randn(1, 200, 600, generator=g) / 600**0.5).to(torch.bfloat16).to(device)
+    plan = plan_matmul(200, 600)
+    outs = []
+    for tile in (DECODE_TILE, *PREFILL_TILES):
+        out = torch.full((130, 200), float("nan"), device=device)
+        outs.append(
+            launch_matmul(x, w, out, plan, upcast=True, ieee_fp32=True, split=split, tile=tile)
+        )
+    assert not outs[0].isnan().any()
+    for other in outs[1:]:
+        assert torch.equal(other, outs[0])
+    ref = reference_matmul(x[:, 0].cpu(), w[0].cpu())
+    tol = 1e-5 * (x[:, 0].double().abs() @ w[0].double().abs().T).cpu() + 1e-6
+    assert ((outs[0].double().cpu() - ref).abs() <= tol).all()
+
+
 @pytest.mark.interpreter
 def test_matmul_bench_smoke(monkeypatch, capsys):
     from ds41_runner import matmul_bench
@@ -190,7 +232,7 @@ def test_gpu_flash_mini_shapes_split_and_rows_bitwise(name):
     from ds41_runner.model import ModelConfig
 
     shape = {s.name: s for s in flash_mini_shapes(ModelConfig.preset("flash_mini"))}[name]
-    for m in (1, 7, 64, 129, 300):
+    for m in (1, 7, 64, 129, 300, 1024):
         check(shape, m, torch.device("cuda"), interp=False)
 
 

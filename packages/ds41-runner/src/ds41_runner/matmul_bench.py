@@ -4,13 +4,14 @@
 
 For every weight of a flash_mini layer (and the LM head) and every row count it first checks,
 on the same inputs, that the planned kernel is bitwise equal with its segments run in one
-program and split over programs, that a row alone equals the same row inside the batch, and
-that the result is within the fp32-accumulation bound of a float64 reference; then it times
-(CUDA-graph replay of 20 calls that cycle through enough operand copies to miss the L2,
-median): the planned kernel as `linear` launches it ("bi"), forced split
-and forced one-program variants, the one-segment plan (the previous kernel: no K segments) and
-`torch.matmul` (cuBLAS, the fast mode). Bandwidth = weight + activations + output bytes per
-call, against the SPEC section 10 copy ceiling (~4.3 TB/s).
+program and split over programs and with every launch tile, that a row alone equals the same
+row inside the batch, and that the result is within the fp32-accumulation bound of a float64
+reference; then it times (CUDA-graph replay of 20 calls that cycle through enough operand
+copies to miss the L2, median): the planned kernel as `linear` launches it ("bi", with the
+tile `plan.tile` picks), forced split and forced one-program variants, the one-segment plan
+(the previous kernel: no K segments) and `torch.matmul` (cuBLAS, the fast mode). Bandwidth =
+weight + activations + output bytes per call, against the SPEC section 10 copy ceiling
+(~4.3 TB/s).
 `--smoke` runs two small shapes under the CPU interpreter (correctness only, for the tests).
 """
 
@@ -30,7 +31,7 @@ from ds41_attention.bench import time_graph
 from .bench import environment, table_head
 from .model import ModelConfig
 from .ops.matmul.naive import reference_matmul
-from .ops.matmul.plan import MatmulPlan, plan_matmul
+from .ops.matmul.plan import DECODE_TILE, PREFILL_TILES, LaunchTile, MatmulPlan, plan_matmul
 from .ops.matmul.triton_kernels import launch_matmul
 
 COPY_CEILING_GBS = 4300.0
@@ -61,6 +62,8 @@ class Row:
     n_segs: int
     seg_tiles: int
     auto_split: bool
+    tile: str
+    """The launch tile `plan.tile` picks (rows x columns, warps, stages)."""
     bi_us: float
     split_us: float | None
     whole_us: float
@@ -101,15 +104,21 @@ def _operands(s: Shape, m: int, device: torch.device) -> tuple[torch.Tensor, tor
 
 
 def _run(
-    x: torch.Tensor, w: torch.Tensor, plan: MatmulPlan, split: bool | None, interp: bool
+    x: torch.Tensor,
+    w: torch.Tensor,
+    plan: MatmulPlan,
+    split: bool | None,
+    interp: bool,
+    tile: LaunchTile | None = None,
 ) -> torch.Tensor:
     """fp32 result written over a NaN-poisoned output (the checks)."""
     out = torch.full((x.shape[0], plan.groups * plan.n), float("nan"), device=x.device)
-    return launch_matmul(x, w, out, plan, upcast=interp, ieee_fp32=interp, split=split)
+    return launch_matmul(x, w, out, plan, upcast=interp, ieee_fp32=interp, split=split, tile=tile)
 
 
 def check(s: Shape, m: int, device: torch.device, interp: bool) -> None:
-    """Raise AssertionError unless split == one program == row alone, and near float64."""
+    """Raise AssertionError unless split == one program == every launch tile == row alone,
+    and near float64."""
     x, w = _operands(s, m, device)
     plan = plan_matmul(s.n, s.k, s.groups)
     whole = _run(x, w, plan, False, interp)
@@ -117,6 +126,9 @@ def check(s: Shape, m: int, device: torch.device, interp: bool) -> None:
     if plan.n_segs > 1:
         split = _run(x, w, plan, True, interp)
         assert torch.equal(whole, split), f"{s.name} m={m}: split != one program"
+    for tile in (DECODE_TILE, *PREFILL_TILES):
+        other = _run(x, w, plan, False, interp, tile)
+        assert torch.equal(whole, other), f"{s.name} m={m}: tile {tile} changes the bits"
     last = _run(x[-1:], w, plan, None, interp)
     assert torch.equal(last, whole[-1:]), f"{s.name} m={m}: row alone != row in batch"
     for gi in range(s.groups):
@@ -164,6 +176,7 @@ def measure(s: Shape, m: int, device: torch.device) -> Row:
     nbytes = per_call + 2 * m * s.groups * s.n
     return Row(
         s.name, s.groups, s.n, s.k, m, s.uses, plan.n_segs, plan.seg_tiles, plan.split(m),
+        tile=_tile_name(plan.tile(m, plan.split(m))),
         bi_us=bi,
         split_us=_graph_us(variant(plan, True), device) if plan.n_segs > 1 else None,
         whole_us=_graph_us(variant(plan, False), device),
@@ -173,17 +186,22 @@ def measure(s: Shape, m: int, device: torch.device) -> Row:
     )  # fmt: skip
 
 
+def _tile_name(t: LaunchTile) -> str:
+    return f"{t.block_m}x{t.block_n} w{t.num_warps} s{t.num_stages}"
+
+
 def markdown(rows: list[Row], env: dict[str, str]) -> str:
     lines = table_head(
         env,
-        ["weight", "G x N x K", "rows", "segs x tiles", "split", "bi us", "split us",
+        ["weight", "G x N x K", "rows", "segs x tiles", "split", "tile", "bi us", "split us",
          "one-program us", "no-segments us", "cuBLAS us", "bi / cuBLAS", "bi GB/s", "% of copy"],
     )  # fmt: skip
     for r in rows:
         sp = f"{r.split_us:.1f}" if r.split_us is not None else "-"
         lines.append(
             f"| {r.name} | {r.groups}x{r.n}x{r.k} | {r.rows} | {r.n_segs}x{r.seg_tiles} | "
-            f"{'yes' if r.auto_split else 'no'} | {r.bi_us:.1f} | {sp} | {r.whole_us:.1f} | "
+            f"{'yes' if r.auto_split else 'no'} | {r.tile} | {r.bi_us:.1f} | {sp} | "
+            f"{r.whole_us:.1f} | "
             f"{r.one_segment_us:.1f} | {r.cublas_us:.1f} | {r.bi_us / r.cublas_us:.2f} | "
             f"{r.bi_gbs:,.0f} | {r.bi_gbs / COPY_CEILING_GBS:.0%} |"
         )

@@ -12,6 +12,15 @@ program with a fixed-order reduction afterwards (`split`); both perform the same
 operations in the same order, so the bits are equal (tested). Only that choice of parallelism
 looks at M; the arithmetic is fixed by (N, K).
 
+The output tile of a launch (`LaunchTile`: rows x columns per program, warps, pipeline
+stages) is a speed choice that may look at M: every tile runs the same BLOCK_K-wide dot steps
+in the same order for each output element, and the tensor cores compute an element's k-steps
+the same way whatever the tile's M and N extent (measured on the H200 for every flash_mini and
+flash_wide weight at 1..4096 rows, `scripts/matmul_tile_sweep.py`: all tiles with BLOCK_K 64
+bitwise equal; a 128-wide K step is NOT, so BLOCK_K stays fixed). The `gpu` tests check
+that property on the GPU they run on: a row alone (the decode tile) equals the same row in a
+prefill-sized batch (a prefill tile), and every tile equals the decode tile.
+
 Why segments at all: at decode sizes (M <= 64) one program per 64-column tile leaves most of
 the GPU idle for narrow weights (a [256, 4096] weight is 4 programs, each a 64-step chain).
 Segments give the launch `n_tiles * n_segs` programs to spread over.
@@ -23,10 +32,11 @@ from dataclasses import dataclass
 from functools import cache
 
 BLOCK_M = 64
+"""Rows of the planning tile (the decode tile; `split` counts programs in these units)."""
 BLOCK_N = 64
+"""Columns of the planning tile: `n_tiles` and hence the segment count use it."""
 BLOCK_K = 64
-NUM_WARPS = 4
-NUM_STAGES = 3
+"""Width of one dot step: part of the arithmetic (segment boundaries are multiples of it)."""
 
 TARGET_PROGRAMS = 256
 """Column tiles x segments a weight is cut into (two waves of the H200's 132 SMs; a constant,
@@ -51,6 +61,26 @@ tiles) 30.0 vs 55.8 us, [12288, 5120] (2, 192) 40.2 vs 45.8, the TP=2 shards [51
 streams."""
 LARGE_SPLIT_BELOW_PROGRAMS = 200
 """Output tiles below which a large weight's launch splits (the measured cases had <= 192)."""
+
+
+@dataclass(frozen=True)
+class LaunchTile:
+    """The output tile one program computes, with its launch parameters (speed only)."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+DECODE_TILE = LaunchTile(64, 64, 4, 3)
+"""Decode batches (<= 64 rows) and split launches: many small programs."""
+PREFILL_TILES = (LaunchTile(128, 128, 8, 3), LaunchTile(64, 128, 4, 4))
+"""Larger batches, first that still fills the GPU (H200, `scripts/matmul_tile_sweep.py`, one
+call: a flash_mini step's matmuls at 1,024 rows 1,719 -> 1,337 us, at 4,096 rows 5,506 ->
+4,517 us; flash_wide's at 1,024 rows 14.6 -> 10.9 ms)."""
+TILE_MIN_PROGRAMS = 132
+"""Programs a prefill tile must give a launch (one per H200 SM); below, the next tile."""
 
 
 def half_split(n_segs: int) -> int:
@@ -89,6 +119,17 @@ class MatmulPlan:
             return True
         large = self.groups * self.n * self.k >= LARGE_WEIGHT_ELEMENTS
         return large and self.n_segs >= 2 and tiles < LARGE_SPLIT_BELOW_PROGRAMS
+
+    def tile(self, m: int, split: bool) -> LaunchTile:
+        """The output tile of a launch over `m` rows (speed only: every tile gives the same
+        bits). Split launches and decode batches use `DECODE_TILE`; larger batches the first
+        of `PREFILL_TILES` that gives at least `TILE_MIN_PROGRAMS` programs."""
+        if split or m <= BLOCK_M:
+            return DECODE_TILE
+        for t in PREFILL_TILES:
+            if -(-m // t.block_m) * self.groups * -(-self.n // t.block_n) >= TILE_MIN_PROGRAMS:
+                return t
+        return DECODE_TILE
 
 
 @cache

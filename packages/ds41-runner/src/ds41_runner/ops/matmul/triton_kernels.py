@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ds41_cache.outputs import empty
 
-from .plan import BLOCK_K, BLOCK_M, BLOCK_N, NUM_STAGES, NUM_WARPS, MatmulPlan
+from .plan import BLOCK_K, DECODE_TILE, LaunchTile, MatmulPlan
 
 REDUCE_BLOCK = 1024
 
@@ -134,26 +134,30 @@ def launch_matmul(
     upcast: bool,
     ieee_fp32: bool,
     split: bool | None = None,
+    tile: LaunchTile | None = None,
 ) -> torch.Tensor:
     """`x: [M, G, K]` (any strides), `w: [G, N, K]`, `out: [M, G * N]` (written in place).
 
-    `split=None` lets `plan.split(M)` choose; the bits are the same either way.
+    `split=None` lets `plan.split(M)` choose, `tile=None` lets `plan.tile` choose; the bits
+    are the same either way.
     """
     m = x.shape[0]
     g, n, k = w.shape
     do_split = plan.split(m) if split is None else (split and plan.n_segs > 1)
+    t = plan.tile(m, do_split) if tile is None else tile
+    n_tiles = -(-n // t.block_n)
     ncols = g * n
     ws = empty((plan.n_segs, m, ncols), torch.float32, x.device) if do_split else out
-    grid = (triton.cdiv(m, BLOCK_M), g * plan.n_tiles, plan.n_segs if do_split else 1)
+    grid = (triton.cdiv(m, t.block_m), g * n_tiles, plan.n_segs if do_split else 1)
     matmul_kernel[grid](
-        x, w, out, ws, m, n, k, plan.n_tiles, ncols,
+        x, w, out, ws, m, n, k, n_tiles, ncols,
         x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
         out.stride(0), out.stride(1), m * ncols,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=BLOCK_K,
         SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles * (1 if do_split else plan.n_segs),
         SPLIT=do_split,
         HALF_ITER=0 if do_split or plan.half >= plan.n_segs else plan.half * plan.seg_tiles,
-        UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     if do_split:
         reduce_segments_kernel[(triton.cdiv(m * ncols, REDUCE_BLOCK),)](
@@ -183,19 +187,20 @@ def launch_partials(
     g, n, k = w.shape
     seg = plan.seg_tiles * BLOCK_K
     n_segs = -(-k // seg)
-    n_tiles = -(-n // BLOCK_N)
+    t = DECODE_TILE
+    n_tiles = -(-n // t.block_n)
     ncols = g * n
     ws = empty((n_segs, m, ncols), torch.float32, x.device)
     if m == 0 or n_segs == 0 or ncols == 0:
         return ws
-    grid = (triton.cdiv(m, BLOCK_M), g * n_tiles, n_segs)
+    grid = (triton.cdiv(m, t.block_m), g * n_tiles, n_segs)
     matmul_kernel[grid](
         x, w, ws, ws, m, n, k, n_tiles, ncols,
         x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
         ws.stride(1), ws.stride(2), m * ncols,
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=BLOCK_K,
         SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles, SPLIT=True, HALF_ITER=0,
-        UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     return ws
 
