@@ -93,12 +93,14 @@ def _decode_keys(
 
 @triton.jit
 def _e2m1_pair_f16(raw, fac):
-    """Packed e2m1 bytes uint8 and an fp16 factor per byte (same shape) -> (even, odd) fp16:
-    the low and high nibble of each byte times the byte's factor.
+    """Packed e2m1 byte pairs int16 and an fp16x2 factor (as int32, same shape) -> (even, odd)
+    int32 fp16x2 words: the low nibbles of the element's two bytes times the factor, then the
+    high nibbles.
 
     A nibble (sign, 3 magnitude bits) placed as the e4m3 byte `sign << 7 | mag << 2` is exactly
     its e2m1 value times 2^-6 (code 1 lands on the e4m3 subnormal 2^-7); the hardware converts
-    e4m3 pairs to fp16 and one packed multiply applies the factor (exact: see the kernel)."""
+    e4m3 pairs to fp16 and one packed multiply applies the factor (exact: see the kernel). Two
+    elements share one 32-bit register, so each bit operation places four nibbles."""
     return tl.inline_asm_elementwise(
         """
         {
@@ -127,9 +129,22 @@ def _e2m1_pair_f16(raw, fac):
         """,
         "=r,=r,=r,=r,r,r,r",
         [raw, fac],
+        dtype=(tl.int32, tl.int32),
+        is_pure=True,
+        pack=2,
+    )
+
+
+@triton.jit
+def _f16x2_halves(w):
+    """int32 fp16x2 words -> (low half, high half) fp16 (register moves only)."""
+    return tl.inline_asm_elementwise(
+        "mov.b32 {$0, $1}, $2;",
+        "=h,=h,r",
+        [w],
         dtype=(tl.float16, tl.float16),
         is_pure=True,
-        pack=4,
+        pack=1,
     )
 
 
@@ -183,13 +198,19 @@ def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, HI, HI_PA
 
 @triton.jit
 def _load_mxfp4_tile(cache_ptr, row_at, scale_at, readable, DI: tl.constexpr):
-    """Raw MXFP4 keys of one tile: (packed bytes uint8 [BLOCK_N, DI/32, 16], ue8m0 scale bytes
-    uint8 [BLOCK_N, DI/32]); rows not readable load zeros (scale byte 127)."""
+    """Raw MXFP4 keys of one tile: (packed byte pairs int16 [BLOCK_N, DI/32, 8], ue8m0 scale
+    bytes uint8 [BLOCK_N, DI/32]); rows not readable load zeros (scale byte 127).
+
+    The data is read in 2-byte elements: a thread's tensor-core operand holds consecutive pairs
+    of channels (two bytes of one key), so an element is one of its operand's halves and no
+    byte has to be moved between registers after the shared-memory load."""
     NB: tl.constexpr = DI // 32
     blk = tl.arange(0, NB)
-    byt = tl.arange(0, 16)
+    pair = tl.arange(0, 8)
+    # row_at is even: rows are DI/2 bytes apart inside a page whose stride is a multiple of 16
+    base = cache_ptr.to(tl.pointer_type(tl.int16))
     raw = tl.load(
-        cache_ptr + row_at[:, None, None] + (blk * 16)[None, :, None] + byt[None, None, :],
+        base + (row_at // 2)[:, None, None] + (blk * 8)[None, :, None] + pair[None, None, :],
         mask=readable[:, None, None],
         other=0,
     )
@@ -211,17 +232,20 @@ def _mxfp4_tile_fast(
     e = tl.maximum(d + 15, -24)
     fbits = tl.where(e >= -14, (e + 15) << 10, 1 << (e + 24))
     if UPCAST:
-        fac = _pow2_bits(e)
-        lo, hi = _e2m1_pair_f32(raw, tl.broadcast_to(fac[:, :, None], (BLOCK_N, NB, 16)))
-        lo = tl.reshape(lo, (BLOCK_N, DI // 2))
-        hi = tl.reshape(hi, (BLOCK_N, DI // 2))
+        fac = tl.broadcast_to(_pow2_bits(e)[:, :, None], (BLOCK_N, NB, 8))
+        b = raw.to(tl.int32) & 0xFFFF
+        lo0, hi0 = _e2m1_pair_f32(b & 0xFF, fac)
+        lo1, hi1 = _e2m1_pair_f32(b >> 8, fac)
+        lo = tl.reshape(tl.join(lo0, lo1), (BLOCK_N, DI // 2))
+        hi = tl.reshape(tl.join(hi0, hi1), (BLOCK_N, DI // 2))
         s = tl.dot(lo, qlo, input_precision="ieee")
         s = tl.dot(hi, qhi, s, input_precision="ieee")
     else:
-        fac = fbits.to(tl.int16).to(tl.float16, bitcast=True)
-        lo, hi = _e2m1_pair_f16(raw, tl.broadcast_to(fac[:, :, None], (BLOCK_N, NB, 16)))
-        lo = tl.reshape(lo, (BLOCK_N, DI // 2))
-        hi = tl.reshape(hi, (BLOCK_N, DI // 2))
+        # the factor in both halves of an fp16x2 word
+        fac = tl.broadcast_to((fbits | (fbits << 16))[:, :, None], (BLOCK_N, NB, 8))
+        lw, hw = _e2m1_pair_f16(raw, fac)
+        lo = tl.reshape(tl.join(*_f16x2_halves(lw)), (BLOCK_N, DI // 2))
+        hi = tl.reshape(tl.join(*_f16x2_halves(hw)), (BLOCK_N, DI // 2))
         s = tl.dot(lo, qlo)
         s = tl.dot(hi, qhi, s)
     logit = tl.sum(tl.maximum(s, 0.0) * wf[None, :], axis=1)
