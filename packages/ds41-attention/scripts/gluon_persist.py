@@ -102,6 +102,11 @@ from ds41_attention.ops.sparse_attention.gluon_kernels import (  # noqa: F401
     _words,
 )
 
+# Profiling switch (timing only; outputs meaningless unless 0): 1 = the producer skips the
+# decode, 2 = the consumers skip the products and the softmax (they only wait and release),
+# 3 = the producer issues no record copies.
+DROP = gl.constexpr(0)
+
 
 @gluon.jit
 def _fetch(i, isw, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride, w_page_size,
@@ -110,12 +115,13 @@ def _fetch(i, isw, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride, 
     """Start the copies of the program's tile i (a window tile when `isw`) into ring slot
     i % NRAW as one cp.async group; record the keys' validity."""
     rs = i % NRAW
-    if C_FMT == 3 or isw:
-        _issue_copy(raw_smem, rs, scl_smem.index(rs), w_ptr, w_page_stride, w_page_size, sl,
-                    ok, W_FMT)  # fmt: skip
-    else:
-        _issue_copy(raw_smem, rs, scl_smem.index(rs), c_ptr, c_page_stride, c_page_size, sl,
-                    ok, C_FMT)  # fmt: skip
+    if DROP != 3:
+        if C_FMT == 3 or isw:
+            _issue_copy(raw_smem, rs, scl_smem.index(rs), w_ptr, w_page_stride, w_page_size,
+                        sl, ok, W_FMT)  # fmt: skip
+        else:
+            _issue_copy(raw_smem, rs, scl_smem.index(rs), c_ptr, c_page_stride, c_page_size,
+                        sl, ok, C_FMT)  # fmt: skip
     meta_smem.index(rs).store(ok.to(gl.int32))
     async_copy.commit_group()
 
@@ -188,6 +194,29 @@ def _item_setup(it, raw_swa, raw_comp, G, num_items, HB, S, W, K, swa_ptr, strid
 
 
 @gluon.jit
+def _program_tiles(pid, G, num_items, HB, S, W, K, swa_lens_ptr, comp_lens_ptr,
+                   HAS_COMP: gl.constexpr, SPLIT: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """The tile count of program pid (its items pid, pid + G, ...; each at least one tile):
+    the items' lengths loaded BLOCK_N at a time (one load round trip per BLOCK_N items, not
+    one per item)."""
+    mine = gl.cdiv(num_items - pid, G)
+    total = pid * 0
+    for c in range(0, gl.cdiv(mine, BLOCK_N)):
+        k = c * BLOCK_N + gl.arange(0, BLOCK_N, layout=layout)
+        live = k < mine
+        its = pid + k * G
+        t, _hb, sp = _item_row(its, HB, S, SPLIT)
+        swa = gl.load(swa_lens_ptr + t, mask=live, other=0)
+        if HAS_COMP:
+            comp = gl.load(comp_lens_ptr + t, mask=live, other=0)
+        else:
+            comp = swa * 0
+        _sw, _nw, _cl, _lo, n, _end = _item_tiles(sp, swa, comp, W, K, S, HAS_COMP, SPLIT)
+        total += gl.sum(gl.where(live, n, 0), 0)
+    return total
+
+
+@gluon.jit
 def _copy_q(q_smem, q_ptr, t, hb, stride_qt, stride_qh, H):
     """cp.async Q of (row t, head block hb) into the two [64, 256] halves of `q_smem` (16-byte
     pieces; heads >= H zero-fill, as the masked load of the production kernel does), in
@@ -207,7 +236,7 @@ def _copy_q(q_smem, q_ptr, t, hb, stride_qt, stride_qh, H):
 @gluon.jit
 def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
-              SPLIT: gl.constexpr):  # fmt: skip
+              SPLIT: gl.constexpr, HB: gl.constexpr):  # fmt: skip
     (
         _q_ptr,
         _stride_qt,
@@ -235,7 +264,7 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         _stride_oh,
         _lse_ptr,
         _stride_lt,
-        H,
+        _H,
         _part_o_ptr,
         _part_ml_ptr,
         S,
@@ -244,7 +273,6 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     HAS_COMP: gl.constexpr = C_FMT != 3
     pid = gl.program_id(0)
     G = gl.num_programs(0)
-    HB = gl.cdiv(H, BLOCK_H)
     row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     # The fetch cursor (slot loads and copies, NRAW + 1 tiles ahead of the decode) walks the
     # program's (item, tile) sequence. It keeps the current item's values, so a step is the
@@ -267,6 +295,10 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
             _fetch(r - 1, isw_n, sl_n, ok_n, raw_smem, scl_smem, meta_smem, w_ptr,
                    w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
                    C_FMT)  # fmt: skip
+        if r == 1:
+            isw_0 = isw_n
+        if r == 2:
+            isw_1 = isw_n
         g_c = c_lo + c_j
         sl_n, ok_n = _tile_slots(g_c, c_nw, c_end, c_swa_row, c_swa, c_comp_row, c_comp,
                                  w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
@@ -280,58 +312,59 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
                                     stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t,
                                     comp_lens_ptr, HAS_COMP, SPLIT)  # fmt: skip
 
-    # the decode side walks the same items; their lengths are loaded one item ahead
-    d_swa, d_comp = sw0, cp0
-    g = pid * 0  # the program's tiles before this item
-    for it in range(pid, num_items, G):
-        _t, _hb, sp = _item_row(it, HB, S, SPLIT)
-        _sw, n_w, _cl, lo, n, _end = _item_tiles(sp, d_swa, d_comp, W, K, S, HAS_COMP, SPLIT)
-        w_left = n_w - lo  # the item's tiles j < w_left are window tiles
-        d_swa, d_comp = _item_lens(it + G, num_items, HB, S, swa_lens_ptr, comp_lens_ptr,
-                                   HAS_COMP, SPLIT)  # fmt: skip
-        for j in range(0, n):
-            i = g + j
-            # slots of tile i + NRAW were loaded one step ago; load those of i + NRAW + 1
-            sl_f = sl_n
-            ok_f = ok_n
-            isw_f = isw_n
-            g_c = c_lo + c_j
-            sl_n, ok_n = _tile_slots(g_c, c_nw, c_end, c_swa_row, c_swa, c_comp_row, c_comp,
-                                     w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
-            isw_n = g_c < c_nw
-            c_j += 1
-            if c_j >= c_n:
-                c_it += G
-                c_j = c_j * 0
-                (c_swa_row, c_comp_row, c_swa, c_nw, c_comp, c_lo, c_n, c_end, nx_swa,
-                 nx_comp) = _item_setup(c_it, nx_swa, nx_comp, G, num_items, HB, S, W, K,
-                                        swa_ptr, stride_swa_t, swa_lens_ptr, comp_ptr,
-                                        stride_comp_t, comp_lens_ptr, HAS_COMP,
-                                        SPLIT)  # fmt: skip
-            ks = i % KS
-            rs = i % NRAW
-            async_copy.wait_group(NRAW - 1)
-            gl.thread_barrier()
-            ok_i = meta_smem.index(rs).load(row_l) != 0
-            # both consumers finished tile i - KS, the last reader of this stage
-            mbarrier.wait(bars.index(KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
+    # The decode side needs no item structure: one flat loop over the program's tiles, and
+    # whether tile i is a window tile comes from the fetch cursor (isw_a: tile i, isw_b:
+    # tile i + 1, shifted once tile i + NRAW is fetched), which keeps the producer's live
+    # state small (no per-item values besides the cursor's).
+    gl.static_assert(NRAW == 2)
+    total = _program_tiles(pid, G, num_items, HB, S, W, K, swa_lens_ptr, comp_lens_ptr,
+                           HAS_COMP, SPLIT, row_l)  # fmt: skip
+    isw_a = isw_0
+    isw_b = isw_1
+    for i in range(0, total):
+        # slots of tile i + NRAW were loaded one step ago; load those of i + NRAW + 1
+        sl_f = sl_n
+        ok_f = ok_n
+        isw_f = isw_n
+        g_c = c_lo + c_j
+        sl_n, ok_n = _tile_slots(g_c, c_nw, c_end, c_swa_row, c_swa, c_comp_row, c_comp,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        isw_n = g_c < c_nw
+        c_j += 1
+        if c_j >= c_n:
+            c_it += G
+            c_j = c_j * 0
+            (c_swa_row, c_comp_row, c_swa, c_nw, c_comp, c_lo, c_n, c_end, nx_swa,
+             nx_comp) = _item_setup(c_it, nx_swa, nx_comp, G, num_items, HB, S, W, K,
+                                    swa_ptr, stride_swa_t, swa_lens_ptr, comp_ptr,
+                                    stride_comp_t, comp_lens_ptr, HAS_COMP,
+                                    SPLIT)  # fmt: skip
+        ks = i % KS
+        rs = i % NRAW
+        async_copy.wait_group(NRAW - 1)
+        gl.thread_barrier()
+        ok_i = meta_smem.index(rs).load(row_l) != 0
+        # both consumers finished tile i - KS, the last reader of this stage
+        mbarrier.wait(bars.index(KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
+        if DROP != 1:
             for h in gl.static_range(2):
                 for k0 in gl.static_range(0, BLOCK_N, SUB):
-                    if C_FMT == 3 or j < w_left:
+                    if C_FMT == 3 or isw_a:
                         x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
                                         W_FMT, h)  # fmt: skip
                     else:
                         x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
                                         C_FMT, h)  # fmt: skip
                     k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
-            kval_smem.index(ks).store(ok_i.to(gl.int32))
-            fence_async_shared()
-            gl.thread_barrier()
-            mbarrier.arrive(bars.index(ks), count=1)
-            _fetch(i + NRAW, isw_f, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
-                   w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
-                   C_FMT)  # fmt: skip
-        g += n
+        kval_smem.index(ks).store(ok_i.to(gl.int32))
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(ks), count=1)
+        _fetch(i + NRAW, isw_f, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
+               w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
+               C_FMT)  # fmt: skip
+        isw_a = isw_b
+        isw_b = isw_f
     async_copy.wait_group(0)
 
 
@@ -351,7 +384,7 @@ def _share_p(p16, alpha, gj, p_smem, x_smem, bars, PF: gl.constexpr):
 @gluon.jit
 def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
                bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
-               SPLIT: gl.constexpr):  # fmt: skip
+               SPLIT: gl.constexpr, HB: gl.constexpr):  # fmt: skip
     """Q.K^T of the whole tile, the online softmax, P (bf16) and the rescale factor to shared
     memory for consumer 1, P.V over channels [0, 256)."""
     (
@@ -391,7 +424,6 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     PF: gl.constexpr = 2 * KS
     pid = gl.program_id(0)
     G = gl.num_programs(0)
-    HB = gl.cdiv(H, BLOCK_H)
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -421,42 +453,58 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         async_copy.wait_group(0)
         fence_async_shared()
         gl.thread_barrier()
-        mbarrier.wait(bars.index(g % KS), (g // KS) & 1)
-        s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, g % KS, mma_s)])
-        for j in range(0, n - 1):
-            gj = g + j
-            js = gj % KS
-            # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax
-            jn = (gj + 1) % KS
-            mbarrier.wait(bars.index(jn), ((gj + 1) // KS) & 1)
-            s_tok = _qk(q_smem, k_smem, jn, mma_s)
+        if DROP == 2:
+            # timing only: wait for each tile and hand over an (unwritten) P, no products
+            for j in range(0, n):
+                gj = g + j
+                ps = gj % 2
+                mbarrier.wait(bars.index(gj % KS), (gj // KS) & 1)
+                mbarrier.wait(bars.index(PF + 2 + ps), ((gj // 2) & 1) ^ 1, pred=gj >= 2)
+                gl.thread_barrier()
+                mbarrier.arrive(bars.index(PF + ps), count=1)
+                mbarrier.arrive(bars.index(KS + gj % KS), count=1)
+            gl.thread_barrier()
+            if it + G < num_items:
+                t_nx, hb_nx, _sp_nx = _item_row(it + G, HB, S, SPLIT)
+                _copy_q(q_smem, q_ptr, t_nx, hb_nx, stride_qt, stride_qh, H)
+                async_copy.commit_group()
+        else:
+            mbarrier.wait(bars.index(g % KS), (g // KS) & 1)
+            s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, g % KS, mma_s)])
+            for j in range(0, n - 1):
+                gj = g + j
+                js = gj % KS
+                # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax
+                jn = (gj + 1) % KS
+                mbarrier.wait(bars.index(jn), ((gj + 1) // KS) & 1)
+                s_tok = _qk(q_smem, k_smem, jn, mma_s)
+                p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
+                _share_p(p16, alpha, gj, p_smem, x_smem, bars, PF)
+                alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+                tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
+                                    acc * alpha_o[:, None], is_async=True)  # fmt: skip
+                acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
+                gl.thread_barrier()
+                mbarrier.arrive(bars.index(KS + js), count=1)
+            # every Q.K^T of this item is done, so Q is free: copy the next item's now, its
+            # latency hidden behind this item's last softmax, P.V and epilogue (one Q buffer
+            # fits shared memory). The producer never waits for Q: it runs on into the next item.
+            # (every warp past its wait first: a warp's copies overwrite other warps' Q rows)
+            gl.thread_barrier()
+            if it + G < num_items:
+                t_nx, hb_nx, _sp_nx = _item_row(it + G, HB, S, SPLIT)
+                _copy_q(q_smem, q_ptr, t_nx, hb_nx, stride_qt, stride_qh, H)
+                async_copy.commit_group()
+            gl_ = g + n - 1
+            js = gl_ % KS
             p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
-            _share_p(p16, alpha, gj, p_smem, x_smem, bars, PF)
+            _share_p(p16, alpha, gl_, p_smem, x_smem, bars, PF)
             alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
             tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
                                 acc * alpha_o[:, None], is_async=True)  # fmt: skip
-            acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
+            acc = warpgroup_mma_wait(0, deps=[tok])
             gl.thread_barrier()
             mbarrier.arrive(bars.index(KS + js), count=1)
-        # every Q.K^T of this item is done, so Q is free: copy the next item's now, its
-        # latency hidden behind this item's last softmax, P.V and epilogue (one Q buffer
-        # fits shared memory). The producer never waits for Q: it runs on into the next item.
-        # (every warp past its wait first: a warp's copies overwrite other warps' Q rows)
-        gl.thread_barrier()
-        if it + G < num_items:
-            t_nx, hb_nx, _sp_nx = _item_row(it + G, HB, S, SPLIT)
-            _copy_q(q_smem, q_ptr, t_nx, hb_nx, stride_qt, stride_qh, H)
-            async_copy.commit_group()
-        gl_ = g + n - 1
-        js = gl_ % KS
-        p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
-        _share_p(p16, alpha, gl_, p_smem, x_smem, bars, PF)
-        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
-        tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
-                            acc * alpha_o[:, None], is_async=True)  # fmt: skip
-        acc = warpgroup_mma_wait(0, deps=[tok])
-        gl.thread_barrier()
-        mbarrier.arrive(bars.index(KS + js), count=1)
 
         oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
         omask = oheads < H
@@ -500,7 +548,7 @@ def _store_part(acc, part_o_ptr, t, H, hb, S, sp, C: gl.constexpr, mma_o: gl.con
 @gluon.jit
 def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
                bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
-               SPLIT: gl.constexpr):  # fmt: skip
+               SPLIT: gl.constexpr, HB: gl.constexpr):  # fmt: skip
     """P.V over channels [256, 512) with P and the rescale factor from consumer 0."""
     (
         _q_ptr,
@@ -539,7 +587,6 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     PF: gl.constexpr = 2 * KS
     pid = gl.program_id(0)
     G = gl.num_programs(0)
-    HB = gl.cdiv(H, BLOCK_H)
     mma_o: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
     )
@@ -559,10 +606,11 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
             js = gj % KS
             ps = gj % 2
             mbarrier.wait(bars.index(PF + ps), (gj // 2) & 1)
-            alpha = x_smem.index(ps).load(row_o)
-            tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1), acc * alpha[:, None],
-                                is_async=True)  # fmt: skip
-            acc = warpgroup_mma_wait(0, deps=[tok])
+            if DROP != 2:
+                alpha = x_smem.index(ps).load(row_o)
+                tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1),
+                                    acc * alpha[:, None], is_async=True)  # fmt: skip
+                acc = warpgroup_mma_wait(0, deps=[tok])
             gl.thread_barrier()
             mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
             mbarrier.arrive(bars.index(KS + js), count=1)
@@ -589,6 +637,9 @@ def _gluon_sparse_attn_kernel(
     part_o_ptr, part_ml_ptr, num_splits,  # SPLIT: fp32 [T, H, splits, D], [T, H, splits, 2]
     num_items,  # T x head blocks (x num_splits with SPLIT); the grid may be smaller
     W_FMT: gl.constexpr, C_FMT: gl.constexpr, SPLIT: gl.constexpr,
+    HB: gl.constexpr,  # head blocks, cdiv(H, BLOCK_H): a function of H (item -> row and head
+                       # block by constant division; a runtime divisor costs the producer a
+                       # register it spills around the decode)
 ):  # fmt: skip
     KS: gl.constexpr = _kstages(W_FMT, C_FMT)
     RW: gl.constexpr = _raw_words(W_FMT, C_FMT)
@@ -627,11 +678,11 @@ def _gluon_sparse_attn_kernel(
     gl.warp_specialize(
         [
             (_consumer0, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem,
-                          x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+                          x_smem, bars, W_FMT, C_FMT, KS, SPLIT, HB)),
             (_consumer1, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem,
-                          x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+                          x_smem, bars, W_FMT, C_FMT, KS, SPLIT, HB)),
             (_producer, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem,
-                         x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+                         x_smem, bars, W_FMT, C_FMT, KS, SPLIT, HB)),
         ],
         [4, 4],
         [C1_REGS, PRODUCER_REGS],

@@ -107,6 +107,7 @@ def launch_persist(mod: ModuleType, *args, grid: int | None = None, splits: int 
         part_o, part_ml = lse, lse
     mod._gluon_sparse_attn_kernel[(min(items, grid or sms),)](
         *a, part_o, part_ml, splits, items, **fmts, SPLIT=splits > 1,
+        HB=-(-h // mod.GLUON_BLOCK_H),
         num_warps=mod.GLUON_NUM_WARPS, maxnreg=mod.GLUON_MAXNREG,
     )  # fmt: skip
     if splits > 1:
@@ -340,6 +341,7 @@ def main() -> None:
                     help="production kernels timed beside the variants (or none)")  # fmt: skip
     ap.add_argument("--tile-sweep", action="store_true", help="also time rows of 4..20 tiles")
     ap.add_argument("--sweep", default="gluon,pipe", help="implementations the tile sweep times")
+    ap.add_argument("--sweep-rows", default="1,132,528", help="row counts of the tile sweep")
     ap.add_argument("--split", action="store_true",
                     help="check the fast path (split counts 2, 7, 32 and the planner's) and "
                          "time split counts at small T")  # fmt: skip
@@ -359,15 +361,17 @@ def main() -> None:
     impls: dict[str, Any] = {n: prod[n] for n in a.baselines.split(",") if n in prod}
     # the persistent lab kernel; persist_gN: on a grid of N programs (many items each),
     # persist_sN: split mode with N slices (compare with gluon_sN, the production split path)
-    persist_mod: list[ModuleType] = []
+    # persist_dropK: its stage drop K (DROP switch of gluon_persist.py, timing only)
+    persist_mod: dict[int, ModuleType] = {}
     names = a.variants.split(",")
     for n in names:
         if n.startswith("persist"):
-            if not persist_mod:
-                persist_mod.append(load_variant("persist", PERSIST))
-            m = re.fullmatch(r"persist(?:_g(\d+))?(?:_s(\d+))?", n)
+            m = re.fullmatch(r"persist(?:_g(\d+))?(?:_s(\d+))?(?:_drop(\d))?", n)
             assert m, n
-            impls[n] = functools.partial(launch_persist, persist_mod[0],
+            drop = int(m.group(3) or 0)
+            if drop not in persist_mod:
+                persist_mod[drop] = load_variant(f"persist{drop}", PERSIST, DROP=drop)
+            impls[n] = functools.partial(launch_persist, persist_mod[drop],
                                          grid=int(m.group(1)) if m.group(1) else None,
                                          splits=int(m.group(2) or 1))  # fmt: skip
         elif re.fullmatch(r"gluon_s\d+", n):
@@ -395,7 +399,8 @@ def main() -> None:
     only |= {n: [] for n in names if re.search(r"_[gs]\d+$", n)}
     res = bench(impls, rows, only)
     swept = {n: impls[n] for n in a.sweep.split(",") if n in impls}
-    sweep = tile_sweep(swept) if a.tile_sweep else []
+    sweep_rows = tuple(int(r) for r in a.sweep_rows.split(","))
+    sweep = tile_sweep(swept, sweep_rows) if a.tile_sweep else []
     ssweep = split_sweep() if a.split else []
     if a.json:
         with open(a.json, "w") as f:
