@@ -2,14 +2,20 @@
 """Lab copy: the Hopper Gluon kernel on a persistent grid (issue 11; not installed, not
 production). First version (attn4, BENCHMARKS.md "persistent grid"): bitwise the production
 kernel's outputs, but slower at every T: an item cost ~12 us beyond its tiles instead of
-~17.5, while a tile cost 2.2-2.6 us instead of 1.8-1.9. This version (attn5) takes the
-(item, tile) cursor off the producer's per-tile path (it keeps the current item's values and
-recomputes them, with the two divisions and the next length loads, only in a branch where it
-crosses into the next item) and moves the Q copy from the producer to consumer 0 (issued after
-its last Q.K^T of an item, waited before the first of the next), so the producer never stalls
-at an item boundary waiting for Q to be free. `gluon_profile.py --variants persist --bits
-persist:gluon` launches it (`launch_persist`: grid min(items, SMs), the item count after
-`num_splits`).
+~17.5, while a tile cost 2.2-2.6 us instead of 1.8-1.9. This version (attn5, "v2" in
+BENCHMARKS.md) takes the (item, tile) cursor off the producer's per-tile path (it keeps the
+current item's values and recomputes them, with the two divisions and the next length loads,
+only in a branch where it crosses into the next item) and moves the Q copy from the producer to
+consumer 0 (issued after its last Q.K^T of an item, waited before the first of the next), so
+the producer never stalls at an item boundary waiting for Q to be free. Measured on the H200
+(bitwise the production kernel's outputs): faster than production at T = 1024 / 4096 (396.5 /
+1478.0 us vs 408.8 / 1570.6), slower at T <= 64 (54.8 vs 50.7 us at T = 1): a tile still costs
+~2.0-2.1 us against production's ~1.8, an item ~11.5 us beyond its tiles against ~17. A flat
+producer loop (commit d768e0e, "v3": fewer live registers, 2 spill instructions per tile
+instead of 7) was slower again (415.4 / 1563.5 us). `DROP` switches the stages off for
+profiling (with DROP = 0 this file compiles to the SASS that was measured as v2).
+`gluon_profile.py --variants persist --bits persist:gluon` launches it (`launch_persist`:
+grid min(items, SMs), the item count after `num_splits`).
 
 Contract (as the Triton kernel's): each (row, head block of 64) item is walked by one program
 over that row's keys in the fixed order (window ascending, then compressed ascending) in tiles
@@ -194,29 +200,6 @@ def _item_setup(it, raw_swa, raw_comp, G, num_items, HB, S, W, K, swa_ptr, strid
 
 
 @gluon.jit
-def _program_tiles(pid, G, num_items, HB, S, W, K, swa_lens_ptr, comp_lens_ptr,
-                   HAS_COMP: gl.constexpr, SPLIT: gl.constexpr, layout: gl.constexpr):  # fmt: skip
-    """The tile count of program pid (its items pid, pid + G, ...; each at least one tile):
-    the items' lengths loaded BLOCK_N at a time (one load round trip per BLOCK_N items, not
-    one per item)."""
-    mine = gl.cdiv(num_items - pid, G)
-    total = pid * 0
-    for c in range(0, gl.cdiv(mine, BLOCK_N)):
-        k = c * BLOCK_N + gl.arange(0, BLOCK_N, layout=layout)
-        live = k < mine
-        its = pid + k * G
-        t, _hb, sp = _item_row(its, HB, S, SPLIT)
-        swa = gl.load(swa_lens_ptr + t, mask=live, other=0)
-        if HAS_COMP:
-            comp = gl.load(comp_lens_ptr + t, mask=live, other=0)
-        else:
-            comp = swa * 0
-        _sw, _nw, _cl, _lo, n, _end = _item_tiles(sp, swa, comp, W, K, S, HAS_COMP, SPLIT)
-        total += gl.sum(gl.where(live, n, 0), 0)
-    return total
-
-
-@gluon.jit
 def _copy_q(q_smem, q_ptr, t, hb, stride_qt, stride_qh, H):
     """cp.async Q of (row t, head block hb) into the two [64, 256] halves of `q_smem` (16-byte
     pieces; heads >= H zero-fill, as the masked load of the production kernel does), in
@@ -236,7 +219,7 @@ def _copy_q(q_smem, q_ptr, t, hb, stride_qt, stride_qh, H):
 @gluon.jit
 def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
-              SPLIT: gl.constexpr, HB: gl.constexpr):  # fmt: skip
+              SPLIT: gl.constexpr):  # fmt: skip
     (
         _q_ptr,
         _stride_qt,
@@ -264,7 +247,7 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         _stride_oh,
         _lse_ptr,
         _stride_lt,
-        _H,
+        H,
         _part_o_ptr,
         _part_ml_ptr,
         S,
@@ -273,6 +256,7 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     HAS_COMP: gl.constexpr = C_FMT != 3
     pid = gl.program_id(0)
     G = gl.num_programs(0)
+    HB = gl.cdiv(H, BLOCK_H)
     row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     # The fetch cursor (slot loads and copies, NRAW + 1 tiles ahead of the decode) walks the
     # program's (item, tile) sequence. It keeps the current item's values, so a step is the
@@ -295,10 +279,6 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
             _fetch(r - 1, isw_n, sl_n, ok_n, raw_smem, scl_smem, meta_smem, w_ptr,
                    w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
                    C_FMT)  # fmt: skip
-        if r == 1:
-            isw_0 = isw_n
-        if r == 2:
-            isw_1 = isw_n
         g_c = c_lo + c_j
         sl_n, ok_n = _tile_slots(g_c, c_nw, c_end, c_swa_row, c_swa, c_comp_row, c_comp,
                                  w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
@@ -312,59 +292,59 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
                                     stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t,
                                     comp_lens_ptr, HAS_COMP, SPLIT)  # fmt: skip
 
-    # The decode side needs no item structure: one flat loop over the program's tiles, and
-    # whether tile i is a window tile comes from the fetch cursor (isw_a: tile i, isw_b:
-    # tile i + 1, shifted once tile i + NRAW is fetched), which keeps the producer's live
-    # state small (no per-item values besides the cursor's).
-    gl.static_assert(NRAW == 2)
-    total = _program_tiles(pid, G, num_items, HB, S, W, K, swa_lens_ptr, comp_lens_ptr,
-                           HAS_COMP, SPLIT, row_l)  # fmt: skip
-    isw_a = isw_0
-    isw_b = isw_1
-    for i in range(0, total):
-        # slots of tile i + NRAW were loaded one step ago; load those of i + NRAW + 1
-        sl_f = sl_n
-        ok_f = ok_n
-        isw_f = isw_n
-        g_c = c_lo + c_j
-        sl_n, ok_n = _tile_slots(g_c, c_nw, c_end, c_swa_row, c_swa, c_comp_row, c_comp,
-                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
-        isw_n = g_c < c_nw
-        c_j += 1
-        if c_j >= c_n:
-            c_it += G
-            c_j = c_j * 0
-            (c_swa_row, c_comp_row, c_swa, c_nw, c_comp, c_lo, c_n, c_end, nx_swa,
-             nx_comp) = _item_setup(c_it, nx_swa, nx_comp, G, num_items, HB, S, W, K,
-                                    swa_ptr, stride_swa_t, swa_lens_ptr, comp_ptr,
-                                    stride_comp_t, comp_lens_ptr, HAS_COMP,
-                                    SPLIT)  # fmt: skip
-        ks = i % KS
-        rs = i % NRAW
-        async_copy.wait_group(NRAW - 1)
-        gl.thread_barrier()
-        ok_i = meta_smem.index(rs).load(row_l) != 0
-        # both consumers finished tile i - KS, the last reader of this stage
-        mbarrier.wait(bars.index(KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
-        if DROP != 1:
-            for h in gl.static_range(2):
-                for k0 in gl.static_range(0, BLOCK_N, SUB):
-                    if C_FMT == 3 or isw_a:
-                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
-                                        W_FMT, h)  # fmt: skip
-                    else:
-                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
-                                        C_FMT, h)  # fmt: skip
-                    k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
-        kval_smem.index(ks).store(ok_i.to(gl.int32))
-        fence_async_shared()
-        gl.thread_barrier()
-        mbarrier.arrive(bars.index(ks), count=1)
-        _fetch(i + NRAW, isw_f, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
-               w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
-               C_FMT)  # fmt: skip
-        isw_a = isw_b
-        isw_b = isw_f
+    # the decode side walks the same items; their lengths are loaded one item ahead
+    d_swa, d_comp = sw0, cp0
+    g = pid * 0  # the program's tiles before this item
+    for it in range(pid, num_items, G):
+        _t, _hb, sp = _item_row(it, HB, S, SPLIT)
+        _sw, n_w, _cl, lo, n, _end = _item_tiles(sp, d_swa, d_comp, W, K, S, HAS_COMP, SPLIT)
+        w_left = n_w - lo  # the item's tiles j < w_left are window tiles
+        d_swa, d_comp = _item_lens(it + G, num_items, HB, S, swa_lens_ptr, comp_lens_ptr,
+                                   HAS_COMP, SPLIT)  # fmt: skip
+        for j in range(0, n):
+            i = g + j
+            # slots of tile i + NRAW were loaded one step ago; load those of i + NRAW + 1
+            sl_f = sl_n
+            ok_f = ok_n
+            isw_f = isw_n
+            g_c = c_lo + c_j
+            sl_n, ok_n = _tile_slots(g_c, c_nw, c_end, c_swa_row, c_swa, c_comp_row, c_comp,
+                                     w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+            isw_n = g_c < c_nw
+            c_j += 1
+            if c_j >= c_n:
+                c_it += G
+                c_j = c_j * 0
+                (c_swa_row, c_comp_row, c_swa, c_nw, c_comp, c_lo, c_n, c_end, nx_swa,
+                 nx_comp) = _item_setup(c_it, nx_swa, nx_comp, G, num_items, HB, S, W, K,
+                                        swa_ptr, stride_swa_t, swa_lens_ptr, comp_ptr,
+                                        stride_comp_t, comp_lens_ptr, HAS_COMP,
+                                        SPLIT)  # fmt: skip
+            ks = i % KS
+            rs = i % NRAW
+            async_copy.wait_group(NRAW - 1)
+            gl.thread_barrier()
+            ok_i = meta_smem.index(rs).load(row_l) != 0
+            # both consumers finished tile i - KS, the last reader of this stage
+            mbarrier.wait(bars.index(KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
+            if DROP != 1:
+                for h in gl.static_range(2):
+                    for k0 in gl.static_range(0, BLOCK_N, SUB):
+                        if C_FMT == 3 or j < w_left:
+                            x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs),
+                                            k0, W_FMT, h)  # fmt: skip
+                        else:
+                            x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs),
+                                            k0, C_FMT, h)  # fmt: skip
+                        k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
+            kval_smem.index(ks).store(ok_i.to(gl.int32))
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(ks), count=1)
+            _fetch(i + NRAW, isw_f, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
+                   w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
+                   C_FMT)  # fmt: skip
+        g += n
     async_copy.wait_group(0)
 
 
@@ -384,7 +364,7 @@ def _share_p(p16, alpha, gj, p_smem, x_smem, bars, PF: gl.constexpr):
 @gluon.jit
 def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
                bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
-               SPLIT: gl.constexpr, HB: gl.constexpr):  # fmt: skip
+               SPLIT: gl.constexpr):  # fmt: skip
     """Q.K^T of the whole tile, the online softmax, P (bf16) and the rescale factor to shared
     memory for consumer 1, P.V over channels [0, 256)."""
     (
@@ -424,6 +404,7 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     PF: gl.constexpr = 2 * KS
     pid = gl.program_id(0)
     G = gl.num_programs(0)
+    HB = gl.cdiv(H, BLOCK_H)
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -548,7 +529,7 @@ def _store_part(acc, part_o_ptr, t, H, hb, S, sp, C: gl.constexpr, mma_o: gl.con
 @gluon.jit
 def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
                bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
-               SPLIT: gl.constexpr, HB: gl.constexpr):  # fmt: skip
+               SPLIT: gl.constexpr):  # fmt: skip
     """P.V over channels [256, 512) with P and the rescale factor from consumer 0."""
     (
         _q_ptr,
@@ -587,6 +568,7 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     PF: gl.constexpr = 2 * KS
     pid = gl.program_id(0)
     G = gl.num_programs(0)
+    HB = gl.cdiv(H, BLOCK_H)
     mma_o: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
     )
@@ -637,9 +619,6 @@ def _gluon_sparse_attn_kernel(
     part_o_ptr, part_ml_ptr, num_splits,  # SPLIT: fp32 [T, H, splits, D], [T, H, splits, 2]
     num_items,  # T x head blocks (x num_splits with SPLIT); the grid may be smaller
     W_FMT: gl.constexpr, C_FMT: gl.constexpr, SPLIT: gl.constexpr,
-    HB: gl.constexpr,  # head blocks, cdiv(H, BLOCK_H): a function of H (item -> row and head
-                       # block by constant division; a runtime divisor costs the producer a
-                       # register it spills around the decode)
 ):  # fmt: skip
     KS: gl.constexpr = _kstages(W_FMT, C_FMT)
     RW: gl.constexpr = _raw_words(W_FMT, C_FMT)
@@ -678,11 +657,11 @@ def _gluon_sparse_attn_kernel(
     gl.warp_specialize(
         [
             (_consumer0, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem,
-                          x_smem, bars, W_FMT, C_FMT, KS, SPLIT, HB)),
+                          x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
             (_consumer1, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem,
-                          x_smem, bars, W_FMT, C_FMT, KS, SPLIT, HB)),
+                          x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
             (_producer, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem,
-                         x_smem, bars, W_FMT, C_FMT, KS, SPLIT, HB)),
+                         x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
         ],
         [4, 4],
         [C1_REGS, PRODUCER_REGS],

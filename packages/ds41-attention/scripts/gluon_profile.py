@@ -14,7 +14,8 @@ cost vs fixed cost of a program; the production kernel and `pipe` when timed). `
 the production kernel must give bitwise the outputs of the lab variant `pipe` (the
 non-persistent kernel, one program per item); persistent variants (`gluon_persist.py`):
 persist, persist_gN (a grid of N programs), persist_sN (split mode, N slices; bitwise
-`--bits persist_sN:gluon_sN`, gluon_sN the production split path). `--split`: the fast
+`--bits persist_sN:gluon_sN`, gluon_sN the production split path), persist_dropK (its stage
+drops, as pipe_dropK). `--sweep-rows` sets the tile sweep's row counts. `--split`: the fast
 (split) path's checks (planner split at T = 1, 8, 64; with `--check ...,split` also forced
 split counts 2, 7, 32 through `check`) and its times at small T against forced split counts,
 the invariant kernel and the Triton split path. A table of kernel times (graph replay, us) is
@@ -107,7 +108,6 @@ def launch_persist(mod: ModuleType, *args, grid: int | None = None, splits: int 
         part_o, part_ml = lse, lse
     mod._gluon_sparse_attn_kernel[(min(items, grid or sms),)](
         *a, part_o, part_ml, splits, items, **fmts, SPLIT=splits > 1,
-        HB=-(-h // mod.GLUON_BLOCK_H),
         num_warps=mod.GLUON_NUM_WARPS, maxnreg=mod.GLUON_MAXNREG,
     )  # fmt: skip
     if splits > 1:

@@ -73,8 +73,6 @@ def report(
         cx: dict[str, int | bool] = {"W_FMT": w_fmt, "C_FMT": c_fmt}
         if "SPLIT" in gk._gluon_sparse_attn_kernel.arg_names:
             cx["SPLIT"] = split
-        if "HB" in gk._gluon_sparse_attn_kernel.arg_names:
-            cx["HB"] = 1  # H = 64
         sig, attrs = signature(gk._gluon_sparse_attn_kernel, cx)
         sig["q_ptr"] = sig["out_ptr"] = "*bf16"  # the Gluon kernel reads / writes bf16
         src = GluonASTSource(gk._gluon_sparse_attn_kernel, sig, cx, attrs)
