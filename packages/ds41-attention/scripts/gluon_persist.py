@@ -1,13 +1,21 @@
 # mypy: disable-error-code="no-untyped-def"
-"""Lab copy: the Hopper Gluon kernel on a persistent grid (issue 11, attn4; not installed, not
-production). Measured on the H200 (BENCHMARKS.md, "persistent grid"): bitwise the production
-kernel's outputs on every format pair, H 16 / 64 / 128, 24 and 333 rows of random lengths and
-300 full rows, graph replay == eager, the package's gpu tests passed with it as the
-production kernel; but slower at every T (1024 rows: 440 vs 416 us; 4096: 1657 vs 1585 us):
-an item costs ~12 us beyond its tiles instead of ~17.5, while a tile costs 2.2-2.6 us instead
-of 1.8-1.9 (not located; suspected: the producer's longer loop, the cross-item cursor's ~130-180
-instructions and more spills). `gluon_profile.py --variants pipe,persist --bits persist:pipe`
-launches it (`launch_persist`: grid min(items, SMs), the item count after `num_splits`).
+"""Lab copy: the Hopper Gluon kernel on a persistent grid (issue 11; not installed, not
+production). First version (attn4, BENCHMARKS.md "persistent grid"): bitwise the production
+kernel's outputs, but slower at every T: an item cost ~12 us beyond its tiles instead of
+~17.5, while a tile cost 2.2-2.6 us instead of 1.8-1.9. This version (attn5, "v2" in
+BENCHMARKS.md) takes the (item, tile) cursor off the producer's per-tile path (it keeps the
+current item's values and recomputes them, with the two divisions and the next length loads,
+only in a branch where it crosses into the next item) and moves the Q copy from the producer to
+consumer 0 (issued after its last Q.K^T of an item, waited before the first of the next), so
+the producer never stalls at an item boundary waiting for Q to be free. Measured on the H200
+(bitwise the production kernel's outputs): faster than production at T = 1024 / 4096 (396.5 /
+1478.0 us vs 408.8 / 1570.6), slower at T <= 64 (54.8 vs 50.7 us at T = 1): a tile still costs
+~2.0-2.1 us against production's ~1.8, an item ~11.5 us beyond its tiles against ~17. A flat
+producer loop (commit d768e0e, "v3": fewer live registers, 2 spill instructions per tile
+instead of 7) was slower again (415.4 / 1563.5 us). `DROP` switches the stages off for
+profiling (with DROP = 0 this file compiles to the SASS that was measured as v2).
+`gluon_profile.py --variants persist --bits persist:gluon` launches it (`launch_persist`:
+grid min(items, SMs), the item count after `num_splits`).
 
 Contract (as the Triton kernel's): each (row, head block of 64) item is walked by one program
 over that row's keys in the fixed order (window ascending, then compressed ascending) in tiles
@@ -25,14 +33,14 @@ Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three 
 `gl.warp_specialize`, registers re-balanced to 200 / 168 / 136):
 - producer (4 warps): gathers the records (data and scale bytes) of the tiles NRAW ahead with
   16-byte cp.async into a raw ring (the slot indices one tile further ahead; a cursor over
-  (item, tile) that crosses into the next item with its lengths loaded one step earlier);
-  keys outside the row or with a bad slot are masked copies, which zero-fill, so they decode
-  to zeros. It decodes each tile into bf16 K tiles in NVMMA-swizzled shared memory (KS stages,
-  two halves of D in channel order) and signals the stage's mbarrier. Q (64 KB; shared memory
-  has room for one) is copied by cp.async as well: the first item's before the first tiles,
-  each later item's once consumer 0 has finished its last Q.K^T of the item before (after
-  the producer decoded the new item's first tile), signalled when its copy group completed.
-- consumer 0 (4 warps, a 64x256 fp32 accumulator for channels [0, 256)): Q.K^T of the whole
+  (item, tile) that keeps the current item's values and crosses into the next item with its
+  lengths loaded one item earlier); keys outside the row or with a bad slot are masked
+  copies, which zero-fill, so they decode to zeros. It decodes each tile into bf16 K tiles in
+  NVMMA-swizzled shared memory (KS stages, two halves of D in channel order) and signals the
+  stage's mbarrier.
+- consumer 0 (4 warps, a 64x256 fp32 accumulator for channels [0, 256)): copies Q (64 KB;
+  shared memory has room for one) by cp.async itself: the first item's at the start, each
+  later item's right after its last Q.K^T of the item before; Q.K^T of the whole
   tile (wgmma from shared memory; the product of tile j + 1 is issued before the softmax of
   tile j so the tensor cores run during it; the item's last tile has none), the online
   softmax, P (bf16) and the rescale factor into shared memory for consumer 1 (double
@@ -100,6 +108,11 @@ from ds41_attention.ops.sparse_attention.gluon_kernels import (  # noqa: F401
     _words,
 )
 
+# Profiling switch (timing only; outputs meaningless unless 0): 1 = the producer skips the
+# decode, 2 = the consumers skip the products and the softmax (they only wait and release),
+# 3 = the producer issues no record copies.
+DROP = gl.constexpr(0)
+
 
 @gluon.jit
 def _fetch(i, isw, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride, w_page_size,
@@ -108,12 +121,13 @@ def _fetch(i, isw, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride, 
     """Start the copies of the program's tile i (a window tile when `isw`) into ring slot
     i % NRAW as one cp.async group; record the keys' validity."""
     rs = i % NRAW
-    if C_FMT == 3 or isw:
-        _issue_copy(raw_smem, rs, scl_smem.index(rs), w_ptr, w_page_stride, w_page_size, sl,
-                    ok, W_FMT)  # fmt: skip
-    else:
-        _issue_copy(raw_smem, rs, scl_smem.index(rs), c_ptr, c_page_stride, c_page_size, sl,
-                    ok, C_FMT)  # fmt: skip
+    if DROP != 3:
+        if C_FMT == 3 or isw:
+            _issue_copy(raw_smem, rs, scl_smem.index(rs), w_ptr, w_page_stride, w_page_size,
+                        sl, ok, W_FMT)  # fmt: skip
+        else:
+            _issue_copy(raw_smem, rs, scl_smem.index(rs), c_ptr, c_page_stride, c_page_size,
+                        sl, ok, C_FMT)  # fmt: skip
     meta_smem.index(rs).store(ok.to(gl.int32))
     async_copy.commit_group()
 
@@ -169,44 +183,37 @@ def _item_tiles(sp, swa_raw, comp_raw, W, K, S, HAS_COMP: gl.constexpr, SPLIT: g
 
 
 @gluon.jit
-def _cursor_step(c_it, c_j, c_swa, c_comp, nx_swa, nx_comp, G, num_items, HB, S, W, K,
-                 swa_ptr, stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t, comp_lens_ptr,
-                 w_num_slots, c_num_slots, HAS_COMP: gl.constexpr, SPLIT: gl.constexpr,
-                 layout: gl.constexpr):  # fmt: skip
-    """The producer's cursor over the program's (item, tile) sequence: item c_it, its tile
-    c_j, the item's row lengths (clamped) and nx_* the raw lengths of item c_it + G. Returns
-    the (slots, validity, is-a-window-tile) of the cursor's tile and the cursor one tile on.
-    An item has at least one tile, so a step crosses at most one item boundary; the next
-    item's lengths were loaded one step earlier, so the cursor never waits on a length load.
-    Past the last item the lengths are 0: every key is masked and no slot is read."""
-    t, _hb, sp = _item_row(c_it, HB, S, SPLIT)
-    _sw, nw, _cl, lo, n, end = _item_tiles(sp, c_swa, c_comp, W, K, S, HAS_COMP, SPLIT)
-    g = lo + c_j
-    sl, ok = _tile_slots(g, nw, end, swa_ptr + t * stride_swa_t, c_swa,
-                         comp_ptr + t * stride_comp_t, c_comp, w_num_slots, c_num_slots,
-                         HAS_COMP, layout)  # fmt: skip
-    j1 = c_j + 1
-    wrap = j1 >= n
-    it = gl.where(wrap, c_it + G, c_it)
-    swa, _nw2, comp, _lo2, _n2, _end2 = _item_tiles(sp, nx_swa, nx_comp, W, K, S, HAS_COMP,
-                                                    False)  # fmt: skip
-    l_swa, l_comp = _item_lens(it + G, num_items, HB, S, swa_lens_ptr, comp_lens_ptr, HAS_COMP,
-                               SPLIT)  # fmt: skip
-    return (sl, ok, g < nw, it, gl.where(wrap, 0, j1), gl.where(wrap, swa, c_swa),
-            gl.where(wrap, comp, c_comp), l_swa, l_comp)  # fmt: skip
+def _item_setup(it, raw_swa, raw_comp, G, num_items, HB, S, W, K, swa_ptr, stride_swa_t,
+                swa_lens_ptr, comp_ptr, stride_comp_t, comp_lens_ptr, HAS_COMP: gl.constexpr,
+                SPLIT: gl.constexpr):  # fmt: skip
+    """What the producer's fetch cursor keeps of item `it` (whose row's raw lengths are
+    given) while it walks the item's tiles: the row's slot-table pointers, (window length,
+    window tiles, compressed length, first tile, tile count, end tile), and the raw lengths
+    of item it + G (loaded now, used when the cursor reaches that item)."""
+    t, _hb, sp = _item_row(it, HB, S, SPLIT)
+    swa_len, n_w, comp_len, lo, n, end = _item_tiles(sp, raw_swa, raw_comp, W, K, S, HAS_COMP,
+                                                     SPLIT)  # fmt: skip
+    nx_swa, nx_comp = _item_lens(it + G, num_items, HB, S, swa_lens_ptr, comp_lens_ptr, HAS_COMP,
+                                 SPLIT)  # fmt: skip
+    return (swa_ptr + t * stride_swa_t, comp_ptr + t * stride_comp_t, swa_len, n_w, comp_len,
+            lo, n, end, nx_swa, nx_comp)  # fmt: skip
 
 
 @gluon.jit
 def _copy_q(q_smem, q_ptr, t, hb, stride_qt, stride_qh, H):
     """cp.async Q of (row t, head block hb) into the two [64, 256] halves of `q_smem` (16-byte
-    pieces; heads >= H zero-fill, as the masked load of the kernel before did)."""
+    pieces; heads >= H zero-fill, as the masked load of the production kernel does), in
+    16-head pieces so that few addresses are live at once (consumer 0 issues it while it
+    holds its accumulator)."""
     lay: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
-    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, lay))
+    r = gl.arange(0, 16, layout=gl.SliceLayout(1, lay))
     c = gl.arange(0, 256, layout=gl.SliceLayout(0, lay))
-    hmask = (heads < H)[:, None]
     for h in gl.static_range(2):
-        ptrs = q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + c[None, :]
-        async_copy.async_copy_global_to_shared(q_smem.index(h), ptrs, mask=hmask)
+        for r0 in gl.static_range(0, BLOCK_H, 16):
+            heads = hb * BLOCK_H + r0 + r
+            ptrs = q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + c[None, :]
+            async_copy.async_copy_global_to_shared(q_smem.index(h).slice(r0, 16), ptrs,
+                                                   mask=(heads < H)[:, None])  # fmt: skip
 
 
 @gluon.jit
@@ -214,9 +221,9 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
               SPLIT: gl.constexpr):  # fmt: skip
     (
-        q_ptr,
-        stride_qt,
-        stride_qh,
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
         w_ptr,
         w_page_stride,
         w_page_size,
@@ -247,40 +254,47 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         num_items,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
-    PF: gl.constexpr = 1 + 2 * KS
     pid = gl.program_id(0)
     G = gl.num_programs(0)
     HB = gl.cdiv(H, BLOCK_H)
     row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    # Q of the first item: its own copy group, older than tile 0's, so complete at tile 0
-    t0, hb0, sp0 = _item_row(pid, HB, S, SPLIT)
-    _copy_q(q_smem, q_ptr, t0, hb0, stride_qt, stride_qh, H)
-    async_copy.commit_group()
-    q_at = pid * 0  # the tile at whose start the pending Q copy is complete and signalled
-    # the cursor of the slot loads and copies: NRAW tiles copied, the slots of one more loaded
+    # The fetch cursor (slot loads and copies, NRAW + 1 tiles ahead of the decode) walks the
+    # program's (item, tile) sequence. It keeps the current item's values, so a step is the
+    # production kernel's slot load plus one compare; the item's values (two integer
+    # divisions by the head-block count, the next lengths) are only computed where it
+    # crosses into the next item, in a branch the whole partition takes together.
     sw0, cp0 = _item_lens(pid, num_items, HB, S, swa_lens_ptr, comp_lens_ptr, HAS_COMP, SPLIT)
-    c_swa, _nw0, c_comp, _lo0, _n0, _end0 = _item_tiles(sp0, sw0, cp0, W, K, S, HAS_COMP,
-                                                        False)  # fmt: skip
+    (c_swa_row, c_comp_row, c_swa, c_nw, c_comp, c_lo, c_n, c_end, nx_swa,
+     nx_comp) = _item_setup(pid, sw0, cp0, G, num_items, HB, S, W, K, swa_ptr, stride_swa_t,
+                            swa_lens_ptr, comp_ptr, stride_comp_t, comp_lens_ptr, HAS_COMP,
+                            SPLIT)  # fmt: skip
     c_it = pid
     c_j = pid * 0
-    nx_swa, nx_comp = _item_lens(pid + G, num_items, HB, S, swa_lens_ptr, comp_lens_ptr,
-                                 HAS_COMP, SPLIT)  # fmt: skip
-    for r in gl.static_range(NRAW):
-        sl_r, ok_r, isw_r, c_it, c_j, c_swa, c_comp, nx_swa, nx_comp = _cursor_step(
-            c_it, c_j, c_swa, c_comp, nx_swa, nx_comp, G, num_items, HB, S, W, K, swa_ptr,
-            stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t, comp_lens_ptr, w_num_slots,
-            c_num_slots, HAS_COMP, SPLIT, row_l)  # fmt: skip
-        _fetch(r, isw_r, sl_r, ok_r, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
-               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
-    sl_n, ok_n, isw_n, c_it, c_j, c_swa, c_comp, nx_swa, nx_comp = _cursor_step(
-        c_it, c_j, c_swa, c_comp, nx_swa, nx_comp, G, num_items, HB, S, W, K, swa_ptr,
-        stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t, comp_lens_ptr, w_num_slots,
-        c_num_slots, HAS_COMP, SPLIT, row_l)  # fmt: skip
+    sl_n = gl.zeros([BLOCK_N], gl.int64, row_l)
+    ok_n = gl.zeros([BLOCK_N], gl.int1, row_l)
+    isw_n = pid < 0
+    for r in gl.static_range(NRAW + 1):
+        # NRAW tiles copied, the slots of one more loaded
+        if r > 0:
+            _fetch(r - 1, isw_n, sl_n, ok_n, raw_smem, scl_smem, meta_smem, w_ptr,
+                   w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
+                   C_FMT)  # fmt: skip
+        g_c = c_lo + c_j
+        sl_n, ok_n = _tile_slots(g_c, c_nw, c_end, c_swa_row, c_swa, c_comp_row, c_comp,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        isw_n = g_c < c_nw
+        c_j += 1
+        if c_j >= c_n:
+            c_it += G
+            c_j = c_j * 0
+            (c_swa_row, c_comp_row, c_swa, c_nw, c_comp, c_lo, c_n, c_end, nx_swa,
+             nx_comp) = _item_setup(c_it, nx_swa, nx_comp, G, num_items, HB, S, W, K, swa_ptr,
+                                    stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t,
+                                    comp_lens_ptr, HAS_COMP, SPLIT)  # fmt: skip
 
     # the decode side walks the same items; their lengths are loaded one item ahead
     d_swa, d_comp = sw0, cp0
     g = pid * 0  # the program's tiles before this item
-    k = pid * 0  # the program's items before this one
     for it in range(pid, num_items, G):
         _t, _hb, sp = _item_row(it, HB, S, SPLIT)
         _sw, n_w, _cl, lo, n, _end = _item_tiles(sp, d_swa, d_comp, W, K, S, HAS_COMP, SPLIT)
@@ -293,55 +307,45 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
             sl_f = sl_n
             ok_f = ok_n
             isw_f = isw_n
-            sl_n, ok_n, isw_n, c_it, c_j, c_swa, c_comp, nx_swa, nx_comp = _cursor_step(
-                c_it, c_j, c_swa, c_comp, nx_swa, nx_comp, G, num_items, HB, S, W, K, swa_ptr,
-                stride_swa_t, swa_lens_ptr, comp_ptr, stride_comp_t, comp_lens_ptr,
-                w_num_slots, c_num_slots, HAS_COMP, SPLIT, row_l)  # fmt: skip
+            g_c = c_lo + c_j
+            sl_n, ok_n = _tile_slots(g_c, c_nw, c_end, c_swa_row, c_swa, c_comp_row, c_comp,
+                                     w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+            isw_n = g_c < c_nw
+            c_j += 1
+            if c_j >= c_n:
+                c_it += G
+                c_j = c_j * 0
+                (c_swa_row, c_comp_row, c_swa, c_nw, c_comp, c_lo, c_n, c_end, nx_swa,
+                 nx_comp) = _item_setup(c_it, nx_swa, nx_comp, G, num_items, HB, S, W, K,
+                                        swa_ptr, stride_swa_t, swa_lens_ptr, comp_ptr,
+                                        stride_comp_t, comp_lens_ptr, HAS_COMP,
+                                        SPLIT)  # fmt: skip
             ks = i % KS
             rs = i % NRAW
             async_copy.wait_group(NRAW - 1)
             gl.thread_barrier()
-            if i == q_at:
-                # the pending Q copy's group is complete (it is older than tile i's)
-                fence_async_shared()
-                gl.thread_barrier()
-                mbarrier.arrive(bars.index(0), count=1)
             ok_i = meta_smem.index(rs).load(row_l) != 0
             # both consumers finished tile i - KS, the last reader of this stage
-            mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
-            for h in gl.static_range(2):
-                for k0 in gl.static_range(0, BLOCK_N, SUB):
-                    if C_FMT == 3 or j < w_left:
-                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
-                                        W_FMT, h)  # fmt: skip
-                    else:
-                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
-                                        C_FMT, h)  # fmt: skip
-                    k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
+            mbarrier.wait(bars.index(KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
+            if DROP != 1:
+                for h in gl.static_range(2):
+                    for k0 in gl.static_range(0, BLOCK_N, SUB):
+                        if C_FMT == 3 or j < w_left:
+                            x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs),
+                                            k0, W_FMT, h)  # fmt: skip
+                        else:
+                            x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs),
+                                            k0, C_FMT, h)  # fmt: skip
+                        k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
             kval_smem.index(ks).store(ok_i.to(gl.int32))
             fence_async_shared()
             gl.thread_barrier()
-            mbarrier.arrive(bars.index(1 + ks), count=1)
-            if (j == 0) & (k > 0):
-                # consumer 0 issued and finished its last Q.K^T of the item before: Q is
-                # free. Its copy group goes before tile i + NRAW's, so it is complete at
-                # the start of tile i + NRAW - 1.
-                mbarrier.wait(bars.index(PF + 6), (k - 1) & 1)
-                t, hb, _sp = _item_row(it, HB, S, SPLIT)
-                _copy_q(q_smem, q_ptr, t, hb, stride_qt, stride_qh, H)
-                async_copy.commit_group()
-                q_at = i + NRAW - 1
+            mbarrier.arrive(bars.index(ks), count=1)
             _fetch(i + NRAW, isw_f, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
                    w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
                    C_FMT)  # fmt: skip
         g += n
-        k += 1
     async_copy.wait_group(0)
-    if q_at >= g:
-        # the last item's Q was copied after the program's last tile started
-        fence_async_shared()
-        gl.thread_barrier()
-        mbarrier.arrive(bars.index(0), count=1)
 
 
 @gluon.jit
@@ -364,9 +368,9 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     """Q.K^T of the whole tile, the online softmax, P (bf16) and the rescale factor to shared
     memory for consumer 1, P.V over channels [0, 256)."""
     (
-        _q_ptr,
-        _stride_qt,
-        _stride_qh,
+        q_ptr,
+        stride_qt,
+        stride_qh,
         _w_ptr,
         _w_page_stride,
         _w_page_size,
@@ -397,7 +401,7 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         num_items,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
-    PF: gl.constexpr = 1 + 2 * KS
+    PF: gl.constexpr = 2 * KS
     pid = gl.program_id(0)
     G = gl.num_programs(0)
     HB = gl.cdiv(H, BLOCK_H)
@@ -413,6 +417,10 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
                                SPLIT)  # fmt: skip
     g = pid * 0  # the program's tiles before this item
     k = pid * 0  # the program's items before this one
+    # Q of the first item (the grid has at most one program per item)
+    t0, hb0, _sp0 = _item_row(pid, HB, S, SPLIT)
+    _copy_q(q_smem, q_ptr, t0, hb0, stride_qt, stride_qh, H)
+    async_copy.commit_group()
     for it in range(pid, num_items, G):
         t, hb, sp = _item_row(it, HB, S, SPLIT)
         _sw, _nw, _cl, _lo, n, _end = _item_tiles(sp, d_swa, d_comp, W, K, S, HAS_COMP, SPLIT)
@@ -421,37 +429,63 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
         l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
         acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
-        mbarrier.wait(bars.index(0), k & 1)
-        mbarrier.wait(bars.index(1 + g % KS), (g // KS) & 1)
-        s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, g % KS, mma_s)])
-        for j in range(0, n - 1):
-            gj = g + j
-            js = gj % KS
-            # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax
-            jn = (gj + 1) % KS
-            mbarrier.wait(bars.index(1 + jn), ((gj + 1) // KS) & 1)
-            s_tok = _qk(q_smem, k_smem, jn, mma_s)
+        # this item's Q, copied by this partition (wait_group covers its own copies; the
+        # barrier makes every thread's visible before the wgmma reads them)
+        async_copy.wait_group(0)
+        fence_async_shared()
+        gl.thread_barrier()
+        if DROP == 2:
+            # timing only: wait for each tile and hand over an (unwritten) P, no products
+            for j in range(0, n):
+                gj = g + j
+                ps = gj % 2
+                mbarrier.wait(bars.index(gj % KS), (gj // KS) & 1)
+                mbarrier.wait(bars.index(PF + 2 + ps), ((gj // 2) & 1) ^ 1, pred=gj >= 2)
+                gl.thread_barrier()
+                mbarrier.arrive(bars.index(PF + ps), count=1)
+                mbarrier.arrive(bars.index(KS + gj % KS), count=1)
+            gl.thread_barrier()
+            if it + G < num_items:
+                t_nx, hb_nx, _sp_nx = _item_row(it + G, HB, S, SPLIT)
+                _copy_q(q_smem, q_ptr, t_nx, hb_nx, stride_qt, stride_qh, H)
+                async_copy.commit_group()
+        else:
+            mbarrier.wait(bars.index(g % KS), (g // KS) & 1)
+            s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, g % KS, mma_s)])
+            for j in range(0, n - 1):
+                gj = g + j
+                js = gj % KS
+                # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax
+                jn = (gj + 1) % KS
+                mbarrier.wait(bars.index(jn), ((gj + 1) // KS) & 1)
+                s_tok = _qk(q_smem, k_smem, jn, mma_s)
+                p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
+                _share_p(p16, alpha, gj, p_smem, x_smem, bars, PF)
+                alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+                tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
+                                    acc * alpha_o[:, None], is_async=True)  # fmt: skip
+                acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
+                gl.thread_barrier()
+                mbarrier.arrive(bars.index(KS + js), count=1)
+            # every Q.K^T of this item is done, so Q is free: copy the next item's now, its
+            # latency hidden behind this item's last softmax, P.V and epilogue (one Q buffer
+            # fits shared memory). The producer never waits for Q: it runs on into the next item.
+            # (every warp past its wait first: a warp's copies overwrite other warps' Q rows)
+            gl.thread_barrier()
+            if it + G < num_items:
+                t_nx, hb_nx, _sp_nx = _item_row(it + G, HB, S, SPLIT)
+                _copy_q(q_smem, q_ptr, t_nx, hb_nx, stride_qt, stride_qh, H)
+                async_copy.commit_group()
+            gl_ = g + n - 1
+            js = gl_ % KS
             p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
-            _share_p(p16, alpha, gj, p_smem, x_smem, bars, PF)
+            _share_p(p16, alpha, gl_, p_smem, x_smem, bars, PF)
             alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
             tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
                                 acc * alpha_o[:, None], is_async=True)  # fmt: skip
-            acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
+            acc = warpgroup_mma_wait(0, deps=[tok])
             gl.thread_barrier()
-            mbarrier.arrive(bars.index(1 + KS + js), count=1)
-        # every Q.K^T of this item is done: the producer may copy the next item's Q
-        gl.thread_barrier()
-        mbarrier.arrive(bars.index(PF + 6), count=1)
-        gl_ = g + n - 1
-        js = gl_ % KS
-        p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
-        _share_p(p16, alpha, gl_, p_smem, x_smem, bars, PF)
-        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
-        tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
-                            acc * alpha_o[:, None], is_async=True)  # fmt: skip
-        acc = warpgroup_mma_wait(0, deps=[tok])
-        gl.thread_barrier()
-        mbarrier.arrive(bars.index(1 + KS + js), count=1)
+            mbarrier.arrive(bars.index(KS + js), count=1)
 
         oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
         omask = oheads < H
@@ -531,7 +565,7 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         num_items,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
-    PF: gl.constexpr = 1 + 2 * KS
+    PF: gl.constexpr = 2 * KS
     pid = gl.program_id(0)
     G = gl.num_programs(0)
     HB = gl.cdiv(H, BLOCK_H)
@@ -554,13 +588,14 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
             js = gj % KS
             ps = gj % 2
             mbarrier.wait(bars.index(PF + ps), (gj // 2) & 1)
-            alpha = x_smem.index(ps).load(row_o)
-            tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1), acc * alpha[:, None],
-                                is_async=True)  # fmt: skip
-            acc = warpgroup_mma_wait(0, deps=[tok])
+            if DROP != 2:
+                alpha = x_smem.index(ps).load(row_o)
+                tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1),
+                                    acc * alpha[:, None], is_async=True)  # fmt: skip
+                acc = warpgroup_mma_wait(0, deps=[tok])
             gl.thread_barrier()
             mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
-            mbarrier.arrive(bars.index(1 + KS + js), count=1)
+            mbarrier.arrive(bars.index(KS + js), count=1)
         if SPLIT:
             _store_part(acc, part_o_ptr, t, H, hb, S, sp, 1, mma_o)
         else:
@@ -600,16 +635,16 @@ def _gluon_sparse_attn_kernel(
     kval_smem = gl.allocate_shared_memory(gl.int32, [KS, BLOCK_N], plain1)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, BLOCK_N], p_lay)
     x_smem = gl.allocate_shared_memory(gl.float32, [3, BLOCK_H], plain1)
-    # barriers: 0 Q stored; 1 + s K stage s filled; 1 + KS + s stage s released (2 arrivals);
-    # PF + b P buffer b filled; PF + 2 + b P buffer b consumed; PF + 4 denominator stored;
-    # PF + 5 denominator read; PF + 6 Q free (consumer 0's last Q.K^T of an item done)
-    PF: gl.constexpr = 1 + 2 * KS
-    bars = gl.allocate_shared_memory(gl.int64, [PF + 7, 1], mbarrier.MBarrierLayout())
-    for b in gl.static_range(1 + KS):
+    # barriers: s K stage s filled; KS + s stage s released (2 arrivals); PF + b P buffer b
+    # filled; PF + 2 + b P buffer b consumed; PF + 4 denominator stored; PF + 5 denominator
+    # read (Q needs none: consumer 0 copies it itself)
+    PF: gl.constexpr = 2 * KS
+    bars = gl.allocate_shared_memory(gl.int64, [PF + 6, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(KS):
         mbarrier.init(bars.index(b), count=1)
-    for b in gl.static_range(1 + KS, PF):
+    for b in gl.static_range(KS, PF):
         mbarrier.init(bars.index(b), count=2)
-    for b in gl.static_range(PF, PF + 7):
+    for b in gl.static_range(PF, PF + 6):
         mbarrier.init(bars.index(b), count=1)
     fence_async_shared()
     gl.thread_barrier()

@@ -12,10 +12,14 @@ decode, *drop2 = no products / softmax, *drop3 = no record copies. The time a dr
 what that stage costs on the critical path. `--tile-sweep` times rows of 4..20 tiles (per-tile
 cost vs fixed cost of a program; the production kernel and `pipe` when timed). `--bits pipe`:
 the production kernel must give bitwise the outputs of the lab variant `pipe` (the
-non-persistent kernel, one program per item). `--split`: the fast (split) path's checks
-(planner split at T = 1, 8, 64; with `--check ...,split` also forced split counts 2, 7, 32
-through `check`) and its times at small T against forced split counts, the invariant kernel and
-the Triton split path. A table of kernel times (graph replay, us) is printed last.
+non-persistent kernel, one program per item); persistent variants (`gluon_persist.py`):
+persist, persist_gN (a grid of N programs), persist_sN (split mode, N slices; bitwise
+`--bits persist_sN:gluon_sN`, gluon_sN the production split path), persist_dropK (its stage
+drops, as pipe_dropK). `--sweep-rows` sets the tile sweep's row counts. `--split`: the fast
+(split) path's checks (planner split at T = 1, 8, 64; with `--check ...,split` also forced
+split counts 2, 7, 32 through `check`) and its times at small T against forced split counts,
+the invariant kernel and the Triton split path. A table of kernel times (graph replay, us) is
+printed last.
 """
 
 from __future__ import annotations
@@ -84,20 +88,34 @@ def launch_lab(mod: ModuleType, *args):
     return out, lse
 
 
-def launch_persist(mod: ModuleType, *args):
-    """A `gluon_persist.py` variant (the persistent grid; invariant path): grid min(items,
-    SMs), the item count after the (unused) split arguments."""
+def launch_persist(mod: ModuleType, *args, grid: int | None = None, splits: int = 1):
+    """A `gluon_persist.py` variant (the persistent grid): grid min(items, SMs) (or `grid`
+    programs), the item count after the split arguments; `splits` > 1 runs split mode (items
+    (row, head block, slice)) and the production combine kernel, as `launch_gluon_fast`."""
+    from ds41_attention.ops.sparse_attention.triton_kernels import _combine_kernel
+
     q = args[0]
     t_rows, h, d = q.shape
     out = torch.empty((t_rows, h, d), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((t_rows, h), dtype=torch.float32, device=q.device)
     a, fmts = kernel_args(*args, out, lse)
-    items = t_rows * -(-h // mod.GLUON_BLOCK_H)
+    items = t_rows * -(-h // mod.GLUON_BLOCK_H) * splits
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    mod._gluon_sparse_attn_kernel[(min(items, sms),)](
-        *a, lse, lse, 1, items, **fmts, SPLIT=False, num_warps=mod.GLUON_NUM_WARPS,
-        maxnreg=mod.GLUON_MAXNREG,
+    if splits > 1:
+        part_o = torch.empty((t_rows, h, splits, d), dtype=torch.float32, device=q.device)
+        part_ml = torch.empty((t_rows, h, splits, 2), dtype=torch.float32, device=q.device)
+    else:
+        part_o, part_ml = lse, lse
+    mod._gluon_sparse_attn_kernel[(min(items, grid or sms),)](
+        *a, part_o, part_ml, splits, items, **fmts, SPLIT=splits > 1,
+        num_warps=mod.GLUON_NUM_WARPS, maxnreg=mod.GLUON_MAXNREG,
     )  # fmt: skip
+    if splits > 1:
+        _combine_kernel[(t_rows, h)](
+            part_o, part_ml, splits, args[7], out, out.stride(0), out.stride(1), lse,
+            lse.stride(0), h, D=d, BLOCK_S=max(2, 1 << (splits - 1).bit_length()),
+            UPCAST=False, num_warps=4,
+        )  # fmt: skip
     return out, lse
 
 
@@ -323,6 +341,7 @@ def main() -> None:
                     help="production kernels timed beside the variants (or none)")  # fmt: skip
     ap.add_argument("--tile-sweep", action="store_true", help="also time rows of 4..20 tiles")
     ap.add_argument("--sweep", default="gluon,pipe", help="implementations the tile sweep times")
+    ap.add_argument("--sweep-rows", default="1,132,528", help="row counts of the tile sweep")
     ap.add_argument("--split", action="store_true",
                     help="check the fast path (split counts 2, 7, 32 and the planner's) and "
                          "time split counts at small T")  # fmt: skip
@@ -340,12 +359,23 @@ def main() -> None:
     }  # fmt: skip
     prod = {"triton": launch_sparse_attention, "gluon": launch_gluon_sparse_attention}
     impls: dict[str, Any] = {n: prod[n] for n in a.baselines.split(",") if n in prod}
-    persist_spec: dict[str, dict[str, int]] = {"persist": {}}  # the persistent lab kernel
+    # the persistent lab kernel; persist_gN: on a grid of N programs (many items each),
+    # persist_sN: split mode with N slices (compare with gluon_sN, the production split path)
+    # persist_dropK: its stage drop K (DROP switch of gluon_persist.py, timing only)
+    persist_mod: dict[int, ModuleType] = {}
     names = a.variants.split(",")
     for n in names:
         if n.startswith("persist"):
-            mod = load_variant(n, PERSIST, **persist_spec[n])
-            impls[n] = functools.partial(launch_persist, mod)
+            m = re.fullmatch(r"persist(?:_g(\d+))?(?:_s(\d+))?(?:_drop(\d))?", n)
+            assert m, n
+            drop = int(m.group(3) or 0)
+            if drop not in persist_mod:
+                persist_mod[drop] = load_variant(f"persist{drop}", PERSIST, DROP=drop)
+            impls[n] = functools.partial(launch_persist, persist_mod[drop],
+                                         grid=int(m.group(1)) if m.group(1) else None,
+                                         splits=int(m.group(2) or 1))  # fmt: skip
+        elif re.fullmatch(r"gluon_s\d+", n):
+            impls[n] = functools.partial(launch_gluon_fast, splits=int(n[7:]))
         else:
             impls[n] = functools.partial(launch_lab, load_variant(n, **spec[n]))
     split_impls: dict[str, Any] = {}
@@ -365,9 +395,12 @@ def main() -> None:
     print("CHECK", "PASS" if ok else "FAIL", flush=True)
     rows = [int(r) for r in a.rows.split(",")]
     only = {n: [r for r in rows if r in (1, 4096)] for n in names if "drop" in n}
+    # forced grids and split counts are there for the bitwise checks only
+    only |= {n: [] for n in names if re.search(r"_[gs]\d+$", n)}
     res = bench(impls, rows, only)
     swept = {n: impls[n] for n in a.sweep.split(",") if n in impls}
-    sweep = tile_sweep(swept) if a.tile_sweep else []
+    sweep_rows = tuple(int(r) for r in a.sweep_rows.split(","))
+    sweep = tile_sweep(swept, sweep_rows) if a.tile_sweep else []
     ssweep = split_sweep() if a.split else []
     if a.json:
         with open(a.json, "w") as f:

@@ -4,7 +4,8 @@ Compiles the Triton `_sparse_attn_kernel` per config and the Gluon kernel for th
 geometry (mxfp8 window, nvfp4 compressed, D=512) with Triton's bundled ptxas and prints
 registers, spill bytes and shared memory:
 `python packages/ds41-attention/scripts/ptxas_report.py "64,64,8,1;64,32,8,1" [--gluon]
-[--split] [--sass DIR]`. Config fields: block_h, block_n, num_warps, num_stages. `--split`
+[--split] [--sass DIR]`. Config fields: block_h, block_n, num_warps, num_stages. `--module PATH`
+compiles the Gluon kernel of a lab copy (e.g. scripts/gluon_persist.py) instead. `--split`
 also compiles the Gluon kernel's split (fast-path) variant; `--sass DIR` writes each kernel's
 SASS there (nvdisasm), e.g. to diff two versions of a kernel.
 """
@@ -53,12 +54,21 @@ def report(
     c_fmt: int = 1,
     split: bool = False,
     sass_dir: str | None = None,
+    module: str | None = None,
 ) -> str:
     """Resources of the Triton kernel at `cfg`, or of the Gluon kernel when `cfg` is None."""
     if cfg is None:
         from triton.experimental.gluon._runtime import GluonASTSource
 
         from ds41_attention.ops.sparse_attention import gluon_kernels as gk
+
+        if module:
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location("lab_kernel", module)
+            assert spec is not None and spec.loader is not None
+            gk = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(gk)
 
         cx: dict[str, int | bool] = {"W_FMT": w_fmt, "C_FMT": c_fmt}
         if "SPLIT" in gk._gluon_sparse_attn_kernel.arg_names:
@@ -108,12 +118,14 @@ def report(
 if __name__ == "__main__":
     argv = sys.argv[1:]
     sass = argv[argv.index("--sass") + 1] if "--sass" in argv else None
-    args = [a for a in argv if not a.startswith("--") and a != sass]
+    module = argv[argv.index("--module") + 1] if "--module" in argv else None
+    args = [a for a in argv if not a.startswith("--") and a not in (sass, module)]
     spec = args[0] if args else ""
     for c in filter(None, spec.split(";")):
         print(report(KernelConfig(*(int(v) for v in c.split(","))), sass_dir=sass), flush=True)
     if "--gluon" in argv:
         for wf, cf in ((0, 1), (0, 0), (0, 2), (2, 2), (0, 3)):
-            print(report(None, w_fmt=wf, c_fmt=cf, sass_dir=sass), flush=True)
+            print(report(None, w_fmt=wf, c_fmt=cf, sass_dir=sass, module=module), flush=True)
             if "--split" in argv:
-                print(report(None, w_fmt=wf, c_fmt=cf, split=True, sass_dir=sass), flush=True)
+                print(report(None, w_fmt=wf, c_fmt=cf, split=True, sass_dir=sass, module=module),
+                      flush=True)  # fmt: skip
