@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from ds41_runner import bench
 
 
@@ -36,3 +38,18 @@ def test_serve_bench_smoke_goes_through_the_engine(tmp_path):
         assert p["generated_tokens"] == p["requests"] * 2 and p["failed"] == 0
         assert p["output_tok_s"] > 0 and p["ttft_p50_ms"] > 0 and p["steps"] > 0
     assert "GPU busy" in md.read_text()
+
+
+def test_serve_bench_workload_choice(tmp_path, capsys):
+    from ds41_runner import serve_bench
+
+    out = tmp_path / "serve.json"
+    args = ["--smoke", "--modes", "bi", "--workloads", "poisson", "--json", str(out)]
+    assert serve_bench.main(args) == 0
+    points = json.loads(out.read_text())["points"]
+    assert [(p["mode"], p["workload"]) for p in points] == [("bi", "poisson")]
+    with pytest.raises(SystemExit):
+        serve_bench.main(["--smoke", "--workloads", "burst,steady"])
+    assert "--workloads must be a comma list of burst, poisson; got 'burst,steady'" in (
+        capsys.readouterr().err
+    )

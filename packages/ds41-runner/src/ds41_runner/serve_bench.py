@@ -266,8 +266,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--markdown", type=Path, default=None)
     ap.add_argument("--modes", default="bi,fast")
     ap.add_argument("--rate", type=float, default=16.0, help="Poisson arrivals per second")
+    ap.add_argument("--workloads", default="burst,poisson", help="which of burst,poisson")
     ap.add_argument("--smoke", action="store_true", help="tiny model on the CPU (a test)")
     args = ap.parse_args(argv)
+    chosen = args.workloads.split(",")
+    if not chosen or not set(chosen) <= {"burst", "poisson"}:
+        ap.error(f"--workloads must be a comma list of burst, poisson; got {args.workloads!r}")
     if args.smoke:
         setup = Setup("tiny", "nvfp4_ds_mla", 32, 16, 8, 128, 256, "cpu", "eager")
         workloads = [Workload("burst", 3, 5, 12, 2), Workload("poisson", 3, 5, 12, 2, rate=400.0)]
@@ -279,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Workload("burst", 64, 200, 900, 48),
             Workload("poisson", 64, 200, 900, 48, rate=args.rate),
         ]
+    workloads = [w for w in workloads if w.name in chosen]
     print(f"serve_bench: {asdict(setup)}", flush=True)
     points = []
     for mode in args.modes.split(","):
