@@ -205,7 +205,7 @@ def fused_stages(
     selection of every segment (on the last segment's scores; the work is the same)."""
     from ds41_cache.outputs import empty
 
-    from .ops.logits.triton_kernels import paged_logits_triton
+    from .ops.logits.gluon_launch import paged_logits_gpu
     from .ops.topk import triton_kernels as tk
     from .paged import segment_for
 
@@ -224,9 +224,7 @@ def fused_stages(
     def logits() -> None:
         for base in bases:
             view = buf[:, : min(seg, n_total - base)]
-            paged_logits_triton(
-                q, w, cache, table, req, pos, ratio, view, entry_base=base, gmax=gmax
-            )
+            paged_logits_gpu(q, w, cache, table, req, pos, ratio, view, entry_base=base, gmax=gmax)
 
     def select() -> None:
         if n_total <= ch:

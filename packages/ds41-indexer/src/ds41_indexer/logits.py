@@ -95,10 +95,10 @@ def index_logits(
         return paged_logits_torch(
             q, weights, key_cache, block_table, req_idx, pos, ratio, n, candidates, out_dtype
         )
-    from .ops.logits.triton_kernels import paged_logits_triton
+    from .ops.logits.gluon_launch import paged_logits_gpu
 
     out = empty((q.shape[0], n), out_dtype, q.device)
-    paged_logits_triton(
+    paged_logits_gpu(
         q.contiguous(),
         weights.contiguous(),
         key_cache,

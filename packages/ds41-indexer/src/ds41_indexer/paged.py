@@ -85,7 +85,8 @@ def paged_index_topk(
             picks.append(torch.full((t, 1), torch.iinfo(torch.int64).max, device=q.device))
         return select_from_keys(torch.cat(picks, dim=1), k)
 
-    from .ops.logits.triton_kernels import TILE, paged_logits_triton
+    from .ops.logits.gluon_launch import paged_logits_gpu
+    from .ops.logits.triton_kernels import TILE
     from .ops.topk import triton_kernels as tk
 
     out = empty((t, k), torch.int32, q.device)
@@ -110,7 +111,7 @@ def paged_index_topk(
 
     def score(base: int) -> torch.Tensor:
         view = buf[:, : min(seg, n_total - base)]
-        paged_logits_triton(
+        paged_logits_gpu(
             qc,
             wc,
             key_cache,

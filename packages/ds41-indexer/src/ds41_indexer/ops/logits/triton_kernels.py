@@ -419,6 +419,8 @@ def _paged_logits_kernel(
     cand_cols,
     out_stride_t,
     gmax_stride_t,
+    done_ptr,
+    done_stride_t,
     HI: tl.constexpr,
     HI_PAD: tl.constexpr,
     DI: tl.constexpr,
@@ -435,6 +437,7 @@ def _paged_logits_kernel(
     TILES: tl.constexpr,
     TILES_P2: tl.constexpr,
     STAGES: tl.constexpr,
+    HAS_DONE: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
@@ -449,96 +452,141 @@ def _paged_logits_kernel(
     c_first = j * TILES * BLOCK_N
     # Programs past the row's visible entries (a wide block table) only write -inf.
     live_span = entry_base + c_first < n_vis
-    if FMT == 0:
-        # The row's folded queries and head weights, prepared once for TILES key tiles; the
-        # fp16 path runs when the queries and every key's scales are in its range.
-        qlo, qhi, wf, q_ok = _fold_queries(
-            q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, HI, HI_PAD, DI, UPCAST
-        )
-        in_range = _span_in_fast_range(
-            cache_ptr,
-            bt_ptr,
-            r_at,
-            entry_base,
-            c_first,
-            n_cols,
-            n_vis,
-            bt_cols,
-            num_pages,
-            page_stride,
-            DI,
-            DATA_BYTES,
-            SCALE_BYTES,
-            PAGE_SIZE,
-            BLOCK_N,
-            TILES,
-            TILES_P2,
-        )
-        fast = live_span & q_ok & in_range
-        if IN_PAGE:
-            tix = tl.arange(0, TILES_P2)
-            pcol = (entry_base + c_first) // PAGE_SIZE + tix * BLOCK_N // PAGE_SIZE
-            pages = tl.load(
-                bt_ptr + r_at + pcol,
-                mask=(tix < TILES)
-                & (pcol < bt_cols)
-                & (c_first + tix * BLOCK_N < n_cols)
-                & (entry_base + c_first + tix * BLOCK_N < n_vis),
-                other=-1,
+    # With HAS_DONE, spans the Gluon kernel has already scored (done != 0, see
+    # `gluon_kernels.py`) are left as they are.
+    todo = True
+    if HAS_DONE:
+        todo = tl.load(done_ptr + t * done_stride_t + j) == 0
+    if todo:
+        if FMT == 0:
+            # The row's folded queries and head weights, prepared once for TILES key tiles; the
+            # fp16 path runs when the queries and every key's scales are in its range.
+            qlo, qhi, wf, q_ok = _fold_queries(
+                q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, HI, HI_PAD, DI, UPCAST
             )
-        if fast:
-            for i in tl.range(TILES, num_stages=STAGES):
-                c0 = c_first + i * BLOCK_N
-                if IN_PAGE:
-                    # the page of tile i from the program's pages, loaded once: no load in the loop
-                    # feeds an address, so the key loads of later tiles are issued ahead
-                    page = tl.sum(tl.where(tl.arange(0, TILES_P2) == i, pages, 0), axis=0)
-                else:
-                    page = _tile_pages(
-                        bt_ptr,
-                        r_at,
+            in_range = _span_in_fast_range(
+                cache_ptr,
+                bt_ptr,
+                r_at,
+                entry_base,
+                c_first,
+                n_cols,
+                n_vis,
+                bt_cols,
+                num_pages,
+                page_stride,
+                DI,
+                DATA_BYTES,
+                SCALE_BYTES,
+                PAGE_SIZE,
+                BLOCK_N,
+                TILES,
+                TILES_P2,
+            )
+            fast = live_span & q_ok & in_range
+            if IN_PAGE:
+                tix = tl.arange(0, TILES_P2)
+                pcol = (entry_base + c_first) // PAGE_SIZE + tix * BLOCK_N // PAGE_SIZE
+                pages = tl.load(
+                    bt_ptr + r_at + pcol,
+                    mask=(tix < TILES)
+                    & (pcol < bt_cols)
+                    & (c_first + tix * BLOCK_N < n_cols)
+                    & (entry_base + c_first + tix * BLOCK_N < n_vis),
+                    other=-1,
+                )
+            if fast:
+                for i in tl.range(TILES, num_stages=STAGES):
+                    c0 = c_first + i * BLOCK_N
+                    if IN_PAGE:
+                        # the page of tile i from the program's pages, loaded once: no load in the loop
+                        # feeds an address, so the key loads of later tiles are issued ahead
+                        page = tl.sum(tl.where(tl.arange(0, TILES_P2) == i, pages, 0), axis=0)
+                    else:
+                        page = _tile_pages(
+                            bt_ptr,
+                            r_at,
+                            entry_base,
+                            c0,
+                            n_cols,
+                            n_vis,
+                            bt_cols,
+                            PAGE_SIZE,
+                            IN_PAGE,
+                            BLOCK_N,
+                        )
+                    readable, row_at, scale_at = _tile_addr(
+                        page,
                         entry_base,
                         c0,
                         n_cols,
                         n_vis,
-                        bt_cols,
+                        num_pages,
+                        page_stride,
+                        DATA_BYTES,
+                        SCALE_BYTES,
                         PAGE_SIZE,
-                        IN_PAGE,
                         BLOCK_N,
                     )
-                readable, row_at, scale_at = _tile_addr(
-                    page,
+                    raw, sc = _load_mxfp4_tile(cache_ptr, row_at, scale_at, readable, DI)
+                    logit = _mxfp4_tile_fast(raw, sc, qlo, qhi, wf, DI, BLOCK_N, UPCAST)
+                    cols, valid = _tile_cols(entry_base, c0, n_cols, n_vis, BLOCK_N)
+                    _finish_tile(
+                        out_row,
+                        gmax_row,
+                        cand_ptr,
+                        t,
+                        cand_stride_t,
+                        cand_cols,
+                        entry_base,
+                        c0,
+                        cols,
+                        logit,
+                        valid,
+                        n_cols,
+                        HAS_CAND,
+                        OUT_BF16,
+                        HAS_GMAX,
+                        BLOCK_N,
+                    )
+            else:
+                _general_tiles(
+                    q_ptr,
+                    w_ptr,
+                    cache_ptr,
+                    bt_ptr,
+                    cand_ptr,
+                    out_row,
+                    gmax_row,
+                    t,
+                    live_span,
+                    r_at,
                     entry_base,
-                    c0,
+                    c_first,
                     n_cols,
                     n_vis,
+                    q_stride_t,
+                    q_stride_h,
+                    w_stride_t,
+                    bt_cols,
                     num_pages,
                     page_stride,
+                    cand_stride_t,
+                    cand_cols,
+                    HI,
+                    HI_PAD,
+                    DI,
                     DATA_BYTES,
                     SCALE_BYTES,
                     PAGE_SIZE,
-                    BLOCK_N,
-                )
-                raw, sc = _load_mxfp4_tile(cache_ptr, row_at, scale_at, readable, DI)
-                logit = _mxfp4_tile_fast(raw, sc, qlo, qhi, wf, DI, BLOCK_N, UPCAST)
-                cols, valid = _tile_cols(entry_base, c0, n_cols, n_vis, BLOCK_N)
-                _finish_tile(
-                    out_row,
-                    gmax_row,
-                    cand_ptr,
-                    t,
-                    cand_stride_t,
-                    cand_cols,
-                    entry_base,
-                    c0,
-                    cols,
-                    logit,
-                    valid,
-                    n_cols,
+                    IN_PAGE,
+                    FMT,
                     HAS_CAND,
                     OUT_BF16,
                     HAS_GMAX,
+                    UPCAST,
                     BLOCK_N,
+                    TILES,
                 )
         else:
             _general_tiles(
@@ -579,45 +627,6 @@ def _paged_logits_kernel(
                 BLOCK_N,
                 TILES,
             )
-    else:
-        _general_tiles(
-            q_ptr,
-            w_ptr,
-            cache_ptr,
-            bt_ptr,
-            cand_ptr,
-            out_row,
-            gmax_row,
-            t,
-            live_span,
-            r_at,
-            entry_base,
-            c_first,
-            n_cols,
-            n_vis,
-            q_stride_t,
-            q_stride_h,
-            w_stride_t,
-            bt_cols,
-            num_pages,
-            page_stride,
-            cand_stride_t,
-            cand_cols,
-            HI,
-            HI_PAD,
-            DI,
-            DATA_BYTES,
-            SCALE_BYTES,
-            PAGE_SIZE,
-            IN_PAGE,
-            FMT,
-            HAS_CAND,
-            OUT_BF16,
-            HAS_GMAX,
-            UPCAST,
-            BLOCK_N,
-            TILES,
-        )
 
 
 @triton.jit
@@ -840,10 +849,13 @@ def paged_logits_triton(
     entry_base: int = 0,
     upcast: bool = False,
     gmax: torch.Tensor | None = None,
+    done: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Fill `out` [T, n] (f32 or bf16) with logits of entries `entry_base + [0, n)`; with `gmax`
     (int32 [T, >= ceil(n / GROUP)]) also each group's largest order-preserving key (the first
-    pass of the top-k; needs a tile that is a multiple of GROUP and `entry_base % GROUP == 0`)."""
+    pass of the top-k; needs a tile that is a multiple of GROUP and `entry_base % GROUP == 0`).
+    With `done` (int8 [T, >= ceil(n / SPAN)], SPAN = BLOCK_N * TILES entries), spans whose flag
+    is nonzero are skipped (the Gluon kernel scored them)."""
     t = q.shape[0]
     n = out.shape[1]
     if t == 0 or n == 0:
@@ -871,6 +883,7 @@ def paged_logits_triton(
             warps,
             stages,
             gmax[:, c0 // GROUP.value :] if gmax is not None else None,
+            done[:, c0 // (block_n * tiles) :] if done is not None else None,
         )
     return out
 
@@ -895,6 +908,7 @@ def _launch(
     warps,
     stages,
     gmax,
+    done=None,
 ):
     t, hi, di = q.shape
     n = out.shape[1]
@@ -925,6 +939,8 @@ def _launch(
         candidates.shape[1] if candidates is not None else 0,
         out.stride(0),
         gmax.stride(0) if gmax is not None else 0,
+        done if done is not None else req_idx,
+        done.stride(0) if done is not None else 0,
         HI=hi,
         HI_PAD=max(16, triton.next_power_of_2(hi)),
         DI=di,
@@ -941,5 +957,6 @@ def _launch(
         TILES=tiles,
         TILES_P2=triton.next_power_of_2(tiles),
         STAGES=stages,
+        HAS_DONE=done is not None,
         num_warps=warps,
     )

@@ -1,0 +1,150 @@
+"""Host side of the paged logits on GPUs: the Hopper Gluon kernel (`gluon_kernels.py`) for the
+calls it serves, with the Triton kernel (`triton_kernels.py`) for every other call and for the
+spans the Gluon kernel leaves to it.
+
+Bits: the Gluon kernel writes the Triton kernel's fast-path bits for the spans it marks done
+(the same operands, instruction shape, order of products and head-sum tree; checked bitwise on
+the H200 by `tests/test_gluon_logits.py`), and the Triton kernel scores the other spans as it
+always does, so the logits are the Triton kernel's whichever kernel scored a span. The choice of
+kernel may therefore depend on the call's shape (the row count): a one-row call keeps the single
+Triton launch, whose latency the Gluon pair (two launches) would not beat.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ds41_cache.backend import interpreter_active
+from ds41_cache.paged import PagedCache
+
+from .triton_kernels import TILE, paged_logits_triton
+
+GLUON_MIN_ROWS = 8
+"""Rows from which a call takes the Gluon kernel (below it, one Triton launch is quicker)."""
+
+
+@functools.cache
+def _gluon_importable() -> bool:
+    try:
+        from . import gluon_kernels  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def gluon_shape_ok(
+    fmt: str, hi: int, di: int, page_size: int, entry_base: int, capability: tuple[int, int]
+) -> bool:
+    """Whether the Gluon kernel can serve a call of this shape on a device of this compute
+    capability: sm_90 (Hopper), MXFP4 keys of 128 channels, at most 64 heads, tiles inside one
+    page (page_size and entry_base multiples of 64). A pure function (tested on the CPU)."""
+    block_n = TILE[0]
+    return (
+        capability == (9, 0)
+        and fmt == "mxfp4"
+        and di == 128
+        and 1 <= hi <= 64
+        and page_size % block_n == 0
+        and entry_base % block_n == 0
+    )
+
+
+MAX_GRID_Y = 65535
+
+
+def use_gluon(q: torch.Tensor, cache: PagedCache, entry_base: int, n: int) -> bool:
+    """Whether `paged_logits_gpu` runs the Gluon kernel for a call scoring `n` entries per row
+    (see the module doc)."""
+    if q.device.type != "cuda" or interpreter_active() or q.shape[0] < GLUON_MIN_ROWS:
+        return False
+    if -(-n // (TILE[0] * TILE[1])) > MAX_GRID_Y:
+        return False
+    cap = torch.cuda.get_device_capability(q.device)
+    if not gluon_shape_ok(cache.fmt, q.shape[1], q.shape[2], cache.page_size, entry_base, cap):
+        return False
+    return cache.storage.data_ptr() % 16 == 0 and _gluon_importable()
+
+
+def paged_logits_gpu(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    cache: PagedCache,
+    block_table: torch.Tensor,
+    req_idx: torch.Tensor,
+    pos: torch.Tensor,
+    ratio: int,
+    out: torch.Tensor,
+    candidates: torch.Tensor | None = None,
+    *,
+    entry_base: int = 0,
+    upcast: bool = False,
+    gmax: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`paged_logits_triton`'s contract (same arguments, same bits), on the Gluon kernel when
+    `use_gluon` holds (the Triton kernel then scores only the spans the Gluon kernel did not
+    take), else on the Triton kernel alone."""
+    if upcast or not use_gluon(q, cache, entry_base, out.shape[1]):
+        return paged_logits_triton(
+            q, weights, cache, block_table, req_idx, pos, ratio, out, candidates,
+            entry_base=entry_base, upcast=upcast, gmax=gmax,
+        )  # fmt: skip
+    done = launch_gluon_logits(
+        q, weights, cache, block_table, req_idx, pos, ratio, out, candidates,
+        entry_base=entry_base, gmax=gmax,
+    )  # fmt: skip
+    return paged_logits_triton(
+        q, weights, cache, block_table, req_idx, pos, ratio, out, candidates,
+        entry_base=entry_base, gmax=gmax, done=done,
+    )  # fmt: skip
+
+
+def launch_gluon_logits(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    cache: PagedCache,
+    block_table: torch.Tensor,
+    req_idx: torch.Tensor,
+    pos: torch.Tensor,
+    ratio: int,
+    out: torch.Tensor,
+    candidates: torch.Tensor | None = None,
+    *,
+    entry_base: int = 0,
+    gmax: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Score every span of `out` (as `paged_logits_triton`) on the Gluon kernel's fast path;
+    returns `done` int8 [T, spans]: 1 where that was the right path (the span's logits and group
+    maxima are final), 0 where the Triton kernel must score the span again."""
+    from . import gluon_kernels as gk
+
+    t, hi, _di = q.shape
+    n = out.shape[1]
+    block_n, tiles = TILE[0], TILE[1]
+    span = block_n * tiles
+    assert block_n == gk.GLUON_BLOCK_N and tiles == gk.GLUON_SPAN * gk.GLUON_SPANS
+    spans = -(-n // span)
+    done = torch.empty((t, max(spans, 1)), dtype=torch.int8, device=q.device)
+    if t == 0 or n == 0:
+        return done
+    cand = candidates if candidates is not None else out
+    grid = (t, spans)
+    gk._gluon_logits_kernel[grid](
+        q, weights, cache.storage, block_table, req_idx, pos,
+        cand.view(torch.uint8) if candidates is not None else req_idx,
+        out.view(torch.int16) if out.dtype == torch.bfloat16 else out,
+        gmax if gmax is not None else req_idx,
+        done,
+        ratio, entry_base, n, q.stride(0), q.stride(1), weights.stride(0),
+        block_table.shape[0], block_table.shape[1], block_table.stride(0),
+        cache.num_pages, cache.page_stride,
+        cand.stride(0) if candidates is not None else 0,
+        candidates.shape[1] if candidates is not None else 0,
+        out.stride(0), gmax.stride(0) if gmax is not None else 0, done.stride(0),
+        HI=hi, HI_PAD=max(16, 1 << (hi - 1).bit_length()), PAGE_SIZE=cache.page_size,
+        HAS_CAND=candidates is not None, OUT_BF16=out.dtype == torch.bfloat16,
+        HAS_GMAX=gmax is not None, STAGES=gk.GLUON_STAGES, TILES=tiles,
+        num_warps=gk.GLUON_NUM_WARPS, maxnreg=gk.GLUON_MAXNREG,
+    )  # fmt: skip
+    return done
