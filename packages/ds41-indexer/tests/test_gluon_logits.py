@@ -121,17 +121,13 @@ def test_gluon_equals_triton_bitwise(case: str) -> None:
         assert int((done == 0).sum()) > 0
 
 
-def _force_gluon(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gluon_launch, "GLUON_MIN_ROWS", 1)
-
-
 @pytest.mark.gpu
-def test_gluon_rows_alone_and_graph(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the Gluon kernel on every call: rows alone == in batches of 1..256 mixed rows, the
-    fused top-k == index_topk of the logits, graph replay == eager, within the float64 bound."""
+def test_gluon_rows_alone_and_graph() -> None:
+    """On the Gluon kernel (every call on sm_90): rows alone == in batches of 1..256 mixed
+    rows, the fused top-k == the one of the logits, graph replay == eager, float64 bound."""
     _need_hopper()
-    _force_gluon(monkeypatch)
     sc, q, w, req, pos = _mixed(43, 256)
+    assert gluon_launch.use_gluon(q[:1], sc.cache, 0, sc.block_table.shape[1] * 64)
     args = (sc.cache, sc.block_table)
     full = index_logits(q, w, *args, req, pos, 1)
     full_k = paged_index_topk(q, w, *args, req, pos, 1, 512)
@@ -162,11 +158,10 @@ def test_gluon_rows_alone_and_graph(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.gpu
-def test_gluon_bad_pages_read_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gluon_bad_pages_read_nothing() -> None:
     """validate=False: table entries past the cache or negative score as zero keys (no read
     outside the storage), as on the Triton kernel."""
     _need_hopper()
-    _force_gluon(monkeypatch)
     sc, q, w, req, pos = _mixed(44, 16)
     table = sc.block_table.clone()
     table[0, 3] = sc.cache.num_pages + 5
@@ -177,5 +172,6 @@ def test_gluon_bad_pages_read_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     args = (q, w, cache, table, req, pos, 1)
     got = index_logits(*args, validate=False)
-    monkeypatch.setattr(gluon_launch, "GLUON_MIN_ROWS", 1 << 30)
-    assert torch.equal(_bits(index_logits(*args, validate=False)), _bits(got))
+    assert gluon_launch.use_gluon(q, cache, 0, got.shape[1])
+    ref = paged_logits_triton(*args, torch.empty_like(got))
+    assert torch.equal(_bits(ref), _bits(got))

@@ -24,8 +24,13 @@ cp.async waits, barriers and waited tensor-core groups, not by memory or the dec
   its stage, loads the packed bytes (2-byte elements, each one half of a thread's fp16x2 A
   operand) and the scale bytes, releases the stage (one barrier of its 4 warps), decodes, runs
   the two tensor-core products and the epilogue (mask, store, group maximum, range test).
-Several programs share an SM (registers capped by `GLUON_MAXNREG`), so one program's waits are
-covered by the others' work.
+- the group maxima: each warp's largest key of its 16 entries goes to a register slot per tile;
+  the maximum over the 4 warps is taken once after the loop (no shared memory or barrier per
+  tile, where the Triton kernel has both).
+Four programs share an SM (64 registers a thread at launch: the consumer runs with 104), so one
+program's waits are covered by the others' work. Measured on the H200 (BENCHMARKS.md, issue 12,
+sixth round): the fused call's logits stage 7-17% faster than the Triton kernel at >= 64 rows;
+a software-pipelined consumer (`scripts/issue12/lab_gluon_pipe2.py`) was slower.
 """
 
 from triton.experimental import gluon
@@ -40,13 +45,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 GLUON_BLOCK_N = 64
 GLUON_SPAN = 16  # tiles per fast/general decision (the Triton kernel's TILES)
-GLUON_SPANS = 1  # spans per program
 GLUON_STAGES = 4  # ring stages (4,352 bytes each)
 GLUON_NUM_WARPS = 4
 # Registers: every thread of the 8 warps (the 1-warp producer occupies a warpgroup) is capped
-# at GLUON_MAXNREG, the producer drops to PRODUCER_REGS and the consumer gets the rest, so
-# 65,536 / (256 * GLUON_MAXNREG) programs fit an SM.
-GLUON_MAXNREG = 80
+# at GLUON_MAXNREG, the producer drops to PRODUCER_REGS and the consumer gets the rest (2 *
+# 64 - 24 = 104, no spills), so 65,536 / (256 * GLUON_MAXNREG) = 4 programs fit an SM (80: 3
+# programs, 6-7% slower on the H200; 96 with 3 stages: 2 programs, ~35% slower).
+GLUON_MAXNREG = 64
 GLUON_PRODUCER_REGS = 24
 PRODUCER_REGS = gl.constexpr(GLUON_PRODUCER_REGS)
 BLOCK_N = gl.constexpr(GLUON_BLOCK_N)

@@ -5,9 +5,11 @@ spans the Gluon kernel leaves to it.
 Bits: the Gluon kernel writes the Triton kernel's fast-path bits for the spans it marks done
 (the same operands, instruction shape, order of products and head-sum tree; checked bitwise on
 the H200 by `tests/test_gluon_logits.py`), and the Triton kernel scores the other spans as it
-always does, so the logits are the Triton kernel's whichever kernel scored a span. The choice of
-kernel may therefore depend on the call's shape (the row count): a one-row call keeps the single
-Triton launch, whose latency the Gluon pair (two launches) would not beat.
+always does, so the logits are the Triton kernel's whichever kernel scored a span: a row's
+logits stay a function of that row alone, and the fused and unfused calls agree. Every call the
+Gluon kernel can serve takes it, one row included (measured on the H200: one row of 128K
+entries with group maxima, 18.1 us for the Gluon kernel and the Triton pass over its flags
+against 23.2 us for the Triton kernel alone; BENCHMARKS.md, issue 12, sixth round).
 """
 
 from __future__ import annotations
@@ -20,9 +22,6 @@ from ds41_cache.backend import interpreter_active
 from ds41_cache.paged import PagedCache
 
 from .triton_kernels import TILE, paged_logits_triton
-
-GLUON_MIN_ROWS = 8
-"""Rows from which a call takes the Gluon kernel (below it, one Triton launch is quicker)."""
 
 
 @functools.cache
@@ -57,7 +56,7 @@ MAX_GRID_Y = 65535
 def use_gluon(q: torch.Tensor, cache: PagedCache, entry_base: int, n: int) -> bool:
     """Whether `paged_logits_gpu` runs the Gluon kernel for a call scoring `n` entries per row
     (see the module doc)."""
-    if q.device.type != "cuda" or interpreter_active() or q.shape[0] < GLUON_MIN_ROWS:
+    if q.device.type != "cuda" or interpreter_active() or q.shape[0] == 0:
         return False
     if -(-n // (TILE[0] * TILE[1])) > MAX_GRID_Y:
         return False
@@ -123,7 +122,7 @@ def launch_gluon_logits(
     n = out.shape[1]
     block_n, tiles = TILE[0], TILE[1]
     span = block_n * tiles
-    assert block_n == gk.GLUON_BLOCK_N and tiles == gk.GLUON_SPAN * gk.GLUON_SPANS
+    assert block_n == gk.GLUON_BLOCK_N and tiles == gk.GLUON_SPAN
     spans = -(-n // span)
     done = torch.empty((t, max(spans, 1)), dtype=torch.int8, device=q.device)
     if t == 0 or n == 0:
