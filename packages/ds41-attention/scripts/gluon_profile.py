@@ -53,13 +53,13 @@ from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, ran
 CUDA = torch.device("cuda")
 LAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab.py")
 PERSIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_persist.py")
-PROD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "ds41_attention",
-                    "ops", "sparse_attention", "gluon_kernels.py")  # fmt: skip
-# the production kernel's file with its tile constants replaced (`prod_<name>` variants):
-# n32: 32-key tiles, 3 K stages, 16-key ring chunks, 4 of them; n32c32: 32-key tiles and
-# chunks, 2 in the ring (the previous kernel's tiles, stages and look-ahead: bitwise its
-# outputs); c8: 8-key chunks, 4 in the ring
-PROD_SPECS: dict[str, dict[str, int]] = {
+CHUNKED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_chunked.py")
+# variants of the 64-key chunked lab kernel (`chunk_<spec>[_dropK][_sN]`): 64 = as committed
+# (64-key tiles, 2 K stages, 16-key ring chunks, 2 of them); n32: 32-key tiles, 3 K stages,
+# 16-key chunks, 4 of them; n32c32: 32-key tiles and chunks, 2 in the ring (the production
+# kernel's tiles, stages and look-ahead: bitwise its outputs); c8: 8-key chunks, 4 in the ring
+CHUNK_SPECS: dict[str, dict[str, int]] = {
+    "64": {},
     "n32": {"BLOCK_N": 32, "KSMAIN": 3, "NRAW": 4, "C1_REGS": 168, "PRODUCER_REGS": 136},
     "n32c32": {"BLOCK_N": 32, "KSMAIN": 3, "CHUNK": 32, "NRAW": 2, "C1_REGS": 168,
                "PRODUCER_REGS": 136},
@@ -102,7 +102,7 @@ def launch_lab(mod: ModuleType, *args):
 
 
 def launch_prod_like(mod: ModuleType, *args, splits: int = 1):
-    """A kernel with the production kernel's signature (a `prod_*` variant or a previous
+    """A kernel with the production kernel's signature (a `chunk_*` variant or a previous
     production file) launched as the production launcher does (`splits` > 1: split mode and
     the combine kernel)."""
     return launch_with(mod._gluon_sparse_attn_kernel, {"maxnreg": mod.GLUON_MAXNREG}, *args,
@@ -401,11 +401,12 @@ def main() -> None:
                                          splits=int(m.group(2) or 1))  # fmt: skip
         elif n == "old":
             impls[n] = functools.partial(launch_prod_like, load_variant("old", a.old))
-        elif n.startswith("prod_"):
-            m = re.fullmatch(r"prod_(\w+?)(?:_s(\d+))?", n)
+        elif n.startswith("chunk_"):
+            m = re.fullmatch(r"chunk_([a-z0-9]+?)(?:_drop(\d))?(?:_s(\d+))?", n)
             assert m, n
-            mod = load_variant(n, PROD, **PROD_SPECS.get(m.group(1), {}))
-            impls[n] = functools.partial(launch_prod_like, mod, splits=int(m.group(2) or 1))
+            consts = CHUNK_SPECS[m.group(1)] | {"DROP": int(m.group(2) or 0)}
+            mod = load_variant(n, CHUNKED, **consts)
+            impls[n] = functools.partial(launch_prod_like, mod, splits=int(m.group(3) or 1))
         elif re.fullmatch(r"gluon_s\d+", n):
             impls[n] = functools.partial(launch_gluon_fast, splits=int(n[7:]))
         else:

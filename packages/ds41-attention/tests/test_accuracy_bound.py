@@ -48,7 +48,7 @@ def test_interpreter_within_bound(wfmt, cfmt):
 
 @pytest.mark.parametrize(
     "wfmt,cfmt,order,block_n",
-    [(*c, "triton", 64) for c in COMBOS] + [("mxfp8", "nvfp4", "gluon", 64)],
+    [(*c, "triton", 64) for c in COMBOS] + [("mxfp8", "nvfp4", "gluon", 32)],
 )
 def test_tensor_core_emulation_within_bound(wfmt, cfmt, order, block_n):
     """The kernels' arithmetic with the Hopper tensor-core model (25-bit aligned truncating

@@ -3,19 +3,17 @@
 mode, the fast path), warp specialized.
 
 Contract (as the Triton kernel's): one program per (row, head block of 64) walks that row's
-keys in the fixed order (window ascending, then compressed ascending) in tiles of BLOCK_N = 64,
+keys in the fixed order (window ascending, then compressed ascending) in tiles of BLOCK_N = 32,
 no split over keys, configuration fixed for (H, D); records are decoded in the kernel (no
 gathered bf16 copy); a row's bits do not depend on the other rows.
 
 Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three warpgroups,
-`gl.warp_specialize`, registers re-balanced to 224 / 160 / 120):
-- producer (4 warps): works in chunks of CHUNK = 16 keys (8 with bf16 records). It gathers
-  the records (data and scale bytes) of the chunks NRAW ahead with 16-byte cp.async into a
-  raw ring of NRAW chunk slots (their slot indices two chunks earlier still); keys outside
-  the row or with a bad slot are masked copies, which zero-fill, so they decode to zeros. It
-  decodes each chunk into its rows of a bf16 K tile in NVMMA-swizzled shared memory (KS
-  stages of 64 keys, two halves of D in channel order) and signals the stage's mbarrier after
-  the tile's last chunk. It also stores Q once.
+`gl.warp_specialize`, registers re-balanced to 200 / 168 / 136):
+- producer (4 warps): gathers the records (data and scale bytes) of the tiles NRAW ahead with
+  16-byte cp.async into a raw ring (the slot indices one tile further ahead); keys outside the
+  row or with a bad slot are masked copies, which zero-fill, so they decode to zeros. It
+  decodes each tile into bf16 K tiles in NVMMA-swizzled shared memory (KS stages, two halves
+  of D in channel order) and signals the stage's mbarrier. It also stores Q once.
 - consumer 0 (4 warps, a 64x256 fp32 accumulator for channels [0, 256)): Q.K^T of the whole
   tile (wgmma from shared memory; the product of tile j + 1 is issued before the softmax of
   tile j so the tensor cores run during it), the online softmax, P (bf16) and the rescale
@@ -24,18 +22,11 @@ Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three 
 - consumer 1 (4 warps, channels [256, 512)): rescale, P.V with P from shared memory.
 A K stage is free again when both consumers arrived on its mbarrier.
 
-Why 64-key tiles (the 32-key kernel before, measured ~1.8 us per tile): every Q.K^T wgmma
-re-reads its A operand, Q (64 KB), from shared memory, so a 64-key tile halves that traffic
-per key, and the per-tile fixed work (barriers, waits, softmax reductions, hand-offs) is
-paid half as often. Two 64-key K stages and Q take 192 KB of shared memory; the raw ring is
-cut into 16-key chunks so that the records of two chunks in flight (17 KB) fit beside them
-(227 KB in all).
-
 Split mode (constexpr SPLIT, the fast path; grid (T, head blocks, S)): program sp walks the
 contiguous slice [sp n / S, (sp + 1) n / S) of its row's n tiles with the same pipeline and
 stores its unnormalized fp32 accumulator and (max, sum) as partials for the combine kernel
 (not batch invariant: the slices follow S, which the launcher picks from T). In invariant
-mode the slice is [0, n).
+mode the slice is [0, n): the arithmetic is the one the kernel had before split mode.
 
 Decode (every product exact in bf16, SPEC section 4): e4m3 bytes go through the hardware
 e4m3x2 -> f16x2 conversion, f32, a bf16x2 pack and one bf16x2 multiply by the block scale
@@ -45,8 +36,9 @@ e2m1 code c (3 magnitude bits) as the e4m3 byte `c << 2` is exactly c * 2^-6, th
 into the scale.
 
 Only D = 512 (the V4.1 geometry) is supported; the Triton kernel serves every other shape.
-`packages/ds41-attention/scripts/gluon_profile.py` times variants of this file with its tile
-constants replaced (`prod_*`); the 32-key kernel is this file at commit 6b85946.
+`packages/ds41-attention/scripts/gluon_lab.py` is a copy with profiling switches (stage
+drops, stage counts) for A/B runs; the previous kernel is `scripts/gluon_v1.py` at commit
+1de3a18.
 """
 
 from triton.experimental import gluon
@@ -61,45 +53,42 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 GLUON_D = 512
 GLUON_BLOCK_H = 64
-GLUON_BLOCK_N = 64
+GLUON_BLOCK_N = 32
 GLUON_NUM_WARPS = 4
-GLUON_KSTAGES = 2
-GLUON_CHUNK = 16  # keys per raw-ring slot and decode step (8 when a cache holds bf16 records)
+GLUON_KSTAGES = 3  # K stages (2 when a cache holds bf16 records: their raw ring is larger)
 GLUON_RAW_STAGES = 2
 # Register split: the launch caps every thread at GLUON_MAXNREG (12 warps x 32 x 168 fit the
-# 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 160, the
-# producer to 120, and Triton gives the default partition (consumer 0, which holds two
-# 64x64 fp32 score tiles beside its 64x256 accumulator) what is left: 224.
+# 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 168, the
+# producer to 136, and Triton gives the default partition (consumer 0) what is left: 200.
 GLUON_MAXNREG = 168
 D = gl.constexpr(GLUON_D)
+HALF = gl.constexpr(GLUON_D // 2)
 BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
 BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
-KSMAIN = gl.constexpr(GLUON_KSTAGES)
-CHUNK = gl.constexpr(GLUON_CHUNK)
 NRAW = gl.constexpr(GLUON_RAW_STAGES)
-C1_REGS = gl.constexpr(160)
-PRODUCER_REGS = gl.constexpr(120)
+SUB = gl.constexpr(16)  # keys decoded per step (register pressure)
+C1_REGS = gl.constexpr(168)
+PRODUCER_REGS = gl.constexpr(136)
 
 
 @gluon.jit
-def _chunk_slots(cg, n_w, end, swa_row, swa_len, comp_row, comp_len, w_slots, c_slots,
-                 CH: gl.constexpr, HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
-    """(slot int32 clamped to >= 0, validity) of the CH keys of the row's chunk cg (tile
-    cg CH // BLOCK_N), in `layout`; chunks of tiles from `end` on are masked (the program's
-    slice of the row ends there)."""
-    offs = gl.arange(0, CH, layout=layout)
-    jw = cg * CH + offs
+def _tile_slots(i, n_w, end, swa_row, swa_len, comp_row, comp_len, w_slots, c_slots,
+                HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """(slot int64 clamped to >= 0, validity) of the keys of the row's tile i, in `layout`;
+    tiles from `end` on are masked (the program's slice of the row ends there)."""
+    offs = gl.arange(0, BLOCK_N, layout=layout)
+    jw = i * BLOCK_N + offs
     in_w = jw < swa_len
     slots = gl.load(swa_row + jw, mask=in_w, other=-1)
     ok = in_w & (slots < w_slots)
     if HAS_COMP:
-        jc = jw - n_w * BLOCK_N
+        jc = (i - n_w) * BLOCK_N + offs
         in_c = (jc >= 0) & (jc < comp_len)
         sc = gl.load(comp_row + jc, mask=in_c, other=-1)
         slots = gl.where(in_c, sc, slots)
         ok = ok | (in_c & (sc < c_slots))
-    valid = ok & (slots >= 0) & (cg < end * (BLOCK_N // CH))
-    return gl.maximum(slots, 0), valid
+    valid = ok & (slots >= 0) & (i < end)
+    return gl.maximum(slots, 0).to(gl.int64), valid
 
 
 @gluon.constexpr_function
@@ -119,13 +108,8 @@ def _raw_words(w_fmt, c_fmt):
 
 @gluon.constexpr_function
 def _kstages(w_fmt, c_fmt):
-    return int(KSMAIN)
-
-
-@gluon.constexpr_function
-def _chunk(w_fmt, c_fmt):
-    # bf16 records are twice as wide: half the keys per ring slot keep the ring's size
-    return int(CHUNK) // 2 if 2 in (int(w_fmt), int(c_fmt)) else int(CHUNK)
+    # bf16 records need a raw ring twice as large: two K stages then fit shared memory
+    return 2 if 2 in (int(w_fmt), int(c_fmt)) else GLUON_KSTAGES
 
 
 @gluon.jit
@@ -135,53 +119,43 @@ def _issue_copy(raw_smem, rs, scl, st_ptr, page_stride, page_size, slots, valid,
     [2 NRAW, BLOCK_N, RW]: entry 2 rs + h holds channels [256 h, 256 h + 256) of each key,
     packed at FMT's width) and the scale bytes into `scl` (uint8 [BLOCK_N, 32]: MXFP8 16
     ue8m0 per key, NVFP4 32 e4m3)."""
-    # slots and valid come in SliceLayout(1, _copy_layout()): no layout conversion here
-    page = (slots // page_size).to(gl.int64)  # 32-bit division (slots are int32, >= 0)
-    off = (slots % page_size).to(gl.int64)
+    page = slots // page_size
+    off = slots % page_size
     base = page * page_stride
     plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     W: gl.constexpr = _words(FMT)
-    lay: gl.constexpr = _copy_layout()
+    lay: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (W // 4), W // 4], [4, 1], [1, 0])
     c = gl.arange(0, W, layout=gl.SliceLayout(0, lay))
-    vr = valid
+    vr = gl.convert_layout(valid, gl.SliceLayout(1, lay))
     if FMT == 0:
         row = (base + off * D) // 4
     elif FMT == 1:
         row = (base + off * (D // 2)) // 4
     else:
         row = (base + off * (2 * D)) // 4
+    row = gl.convert_layout(row, gl.SliceLayout(1, lay))
     wptr = st_ptr.to(gl.pointer_type(gl.int32))
     RW: gl.constexpr = raw_smem.shape[2]
-    CH: gl.constexpr = raw_smem.shape[1]
     for h in gl.static_range(2):
-        dst = raw_smem.index(rs * 2 + h)._reinterpret(gl.int32, [CH * (RW // W), W], plain)
+        dst = raw_smem.index(rs * 2 + h)._reinterpret(gl.int32, [BLOCK_N * (RW // W), W], plain)
         ptrs = wptr + row[:, None] + (h * W + c)[None, :]
-        async_copy.async_copy_global_to_shared(dst.slice(0, CH), ptrs, mask=vr[:, None])
+        async_copy.async_copy_global_to_shared(dst.slice(0, BLOCK_N), ptrs, mask=vr[:, None])
     if FMT != 2:
         NS: gl.constexpr = 16 if FMT == 0 else 32
-        # the keys distributed as in _copy_layout (the conversions below move no data)
-        sl_lay: gl.constexpr = gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
+        sl_lay: gl.constexpr = gl.BlockedLayout(
+            [1, 16], [32 // (NS // 16), NS // 16], [4, 1], [1, 0]
+        )
         ks = gl.arange(0, NS, layout=gl.SliceLayout(0, sl_lay))
-        vs = gl.convert_layout(valid, gl.SliceLayout(1, sl_lay), assert_trivial=True)
+        vs = gl.convert_layout(valid, gl.SliceLayout(1, sl_lay))
         if FMT == 0:
             srow = base + page_size * D + off * (D // 32)
         else:
             srow = base + page_size * (D // 2) + off * (D // 16)
-        srow = gl.convert_layout(srow, gl.SliceLayout(1, sl_lay), assert_trivial=True)
-        sdst = scl._reinterpret(gl.uint8, [CH * (32 // NS), NS], plain).slice(0, CH)
+        srow = gl.convert_layout(srow, gl.SliceLayout(1, sl_lay))
+        sdst = scl._reinterpret(gl.uint8, [BLOCK_N * (32 // NS), NS], plain).slice(0, BLOCK_N)
         async_copy.async_copy_global_to_shared(
             sdst, st_ptr + srow[:, None] + ks[None, :], mask=vs[:, None]
         )
-
-
-@gluon.constexpr_function
-def _copy_layout():
-    # [keys, int32 words]: keys over 2 threads x 4 warps, 16-byte words along a key. Every
-    # copy (data of any width, scales) and the chunk's slot indices share this distribution
-    # of keys, so no layout conversion (a shared-memory round trip and a barrier each, four
-    # per chunk before) sits between the slot load and the copies; narrower rows (NVFP4) are
-    # replicated, which the copy lowering predicates off.
-    return gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
 
 
 @gluon.constexpr_function
@@ -207,8 +181,7 @@ def _e2m1_to_e4m3(b):
 
 
 @gluon.jit
-def _decode_sub(raw, scl, k0: gl.constexpr, SUB: gl.constexpr, FMT: gl.constexpr,
-                C: gl.constexpr):  # fmt: skip
+def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr):
     """bf16 [SUB, 256]: keys [k0, k0 + SUB) of the tile, channels [256 C, 256 C + 256), from
     the raw ring; exact (SPEC section 4). Invalid keys were zero-filled by their masked
     copies (data and scale bytes), so they decode to zeros."""
@@ -217,7 +190,7 @@ def _decode_sub(raw, scl, k0: gl.constexpr, SUB: gl.constexpr, FMT: gl.constexpr
     NB: gl.constexpr = raw.shape[0] * raw.shape[1] * 4  # bytes of the ring slot
     if FMT == 0:
         l3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 8, 2], [4, 1, 1], [2, 1, 0])
-        sv = scl._reinterpret(gl.uint8, [raw.shape[0] * 2, 16], plain).slice(k0, SUB)
+        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(k0, SUB)
         sb = sv.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3)).to(gl.int16)
         s16 = gl.where(sb == 0, 0x40, sb << 7).to(gl.bfloat16, bitcast=True)
         s3 = gl.expand_dims(s16, 2).broadcast_to([SUB, 8, 32])
@@ -245,12 +218,13 @@ def _decode_sub(raw, scl, k0: gl.constexpr, SUB: gl.constexpr, FMT: gl.constexpr
 
 
 @gluon.jit
-def _fetch(rs, g, n_wc, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+def _fetch(i, g, n_w, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
            w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT: gl.constexpr,
            C_FMT: gl.constexpr):  # fmt: skip
-    """Start the copies of the row's chunk g (the window's chunks are [0, n_wc)) into ring
-    slot rs; record the keys' validity."""
-    if C_FMT == 3 or g < n_wc:
+    """Start the copies of the program's tile i (the row's tile g) into ring slot i % NRAW;
+    record the keys' validity."""
+    rs = i % NRAW
+    if C_FMT == 3 or g < n_w:
         _issue_copy(raw_smem, rs, scl_smem.index(rs), w_ptr, w_page_stride, w_page_size, sl,
                     ok, W_FMT)  # fmt: skip
     else:
@@ -328,24 +302,14 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
                                                       num_splits, HAS_COMP, SPLIT)  # fmt: skip
     swa_row = swa_ptr + t * stride_swa_t
     comp_row = comp_ptr + t * stride_comp_t
-    # program chunk c is the row's chunk lo CPT + c (tile lo + c // CPT)
-    cp_l: gl.constexpr = gl.SliceLayout(1, _copy_layout())
-    CH: gl.constexpr = raw_smem.shape[1]
-    CPT: gl.constexpr = BLOCK_N // CH
-    SUB: gl.constexpr = min(CH, 16)  # keys decoded per step (register pressure)
-    cb = lo * CPT
-    n_wc = n_w * CPT
-    # slot indices are loaded two chunks before their copies are issued
-    sl_a, ok_a = _chunk_slots(cb + NRAW, n_w, end, swa_row, swa_len, comp_row, comp_len,
-                              w_num_slots, c_num_slots, CH, HAS_COMP, cp_l)  # fmt: skip
-    sl_b, ok_b = _chunk_slots(cb + NRAW + 1, n_w, end, swa_row, swa_len, comp_row, comp_len,
-                              w_num_slots, c_num_slots, CH, HAS_COMP, cp_l)  # fmt: skip
+    # program tile i is the row's tile lo + i
+    sl_n, ok_n = _tile_slots(lo + NRAW, n_w, end, swa_row, swa_len, comp_row, comp_len,
+                             w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
     for r in gl.static_range(NRAW):
-        sl_r, ok_r = _chunk_slots(cb + r, n_w, end, swa_row, swa_len, comp_row, comp_len,
-                                  w_num_slots, c_num_slots, CH, HAS_COMP, cp_l)  # fmt: skip
-        _fetch(r, cb + r, n_wc, sl_r, ok_r, raw_smem, scl_smem, meta_smem, w_ptr,
-               w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
-               C_FMT)  # fmt: skip
+        sl_r, ok_r = _tile_slots(lo + r, n_w, end, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        _fetch(r, lo + r, n_w, sl_r, ok_r, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
     # Q as 2 [64, 256] halves in channel order
     ql: gl.constexpr = _dec_layout()
     heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ql))
@@ -360,45 +324,32 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     mbarrier.arrive(bars.index(0), count=1)
 
     for i in range(0, n):
+        # slots of tile i + NRAW were loaded one iteration ago; load those of i + NRAW + 1
+        sl_f = sl_n
+        ok_f = ok_n
+        sl_n, ok_n = _tile_slots(lo + i + NRAW + 1, n_w, end, swa_row, swa_len, comp_row,
+                                 comp_len, w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
         ks = i % KS
+        rs = i % NRAW
+        async_copy.wait_group(NRAW - 1)
+        gl.thread_barrier()
+        ok_i = meta_smem.index(rs).load(row_l) != 0
         # both consumers finished tile i - KS, the last reader of this stage
         mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
-        for q in gl.static_range(CPT):
-            c = i * CPT + q
-            if CPT % NRAW == 0:
-                rs = q % NRAW  # static: the compiler sees the slots' buffers apart
-            else:
-                rs = c % NRAW
-            sl_f = sl_a
-            ok_f = ok_a
-            sl_a = sl_b
-            ok_a = ok_b
-            sl_b, ok_b = _chunk_slots(cb + c + NRAW + 2, n_w, end, swa_row, swa_len, comp_row,
-                                      comp_len, w_num_slots, c_num_slots, CH, HAS_COMP,
-                                      cp_l)  # fmt: skip
-            async_copy.wait_group(NRAW - 1)
-            gl.thread_barrier()
-            ok_c = meta_smem.index(rs).load(row_l) != 0
-            for h in gl.static_range(2):
-                for k0 in gl.static_range(0, CH, SUB):
-                    if C_FMT == 3 or lo + i < n_w:
-                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, SUB,
-                                        W_FMT, h)  # fmt: skip
-                    else:
-                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, SUB,
-                                        C_FMT, h)  # fmt: skip
-                    k_smem.index(ks * 2 + h).slice(q * CH + k0, SUB).store(x)
-            kval_smem.index(ks).slice(q * CH, CH).store(ok_c.to(gl.int32))
-            if q == CPT - 1:
-                fence_async_shared()
-            # every thread has read ring slot rs before its refill (and, at the tile's last
-            # chunk, has stored its part of the K stage)
-            gl.thread_barrier()
-            if q == CPT - 1:
-                mbarrier.arrive(bars.index(1 + ks), count=1)
-            _fetch(rs, cb + c + NRAW, n_wc, sl_f, ok_f, raw_smem, scl_smem, meta_smem,
-                   w_ptr, w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
-                   C_FMT)  # fmt: skip
+        for h in gl.static_range(2):
+            for k0 in gl.static_range(0, BLOCK_N, SUB):
+                if C_FMT == 3 or lo + i < n_w:
+                    x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, W_FMT, h)
+                else:
+                    x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, C_FMT, h)
+                k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
+        kval_smem.index(ks).store(ok_i.to(gl.int32))
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(1 + ks), count=1)
+        _fetch(i + NRAW, lo + i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
+               w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
+               C_FMT)  # fmt: skip
     async_copy.wait_group(0)
 
 
@@ -639,10 +590,9 @@ def _gluon_sparse_attn_kernel(
     p_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], gl.bfloat16)
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, 256], q_lay)
     k_smem = gl.allocate_shared_memory(gl.bfloat16, [2 * KS, BLOCK_N, 256], k_lay)
-    CH: gl.constexpr = _chunk(W_FMT, C_FMT)
-    raw_smem = gl.allocate_shared_memory(gl.int32, [NRAW * 2, CH, RW], plain)
-    scl_smem = gl.allocate_shared_memory(gl.uint8, [NRAW, CH, 32], plain)
-    meta_smem = gl.allocate_shared_memory(gl.int32, [NRAW, CH], plain1)
+    raw_smem = gl.allocate_shared_memory(gl.int32, [NRAW * 2, BLOCK_N, RW], plain)
+    scl_smem = gl.allocate_shared_memory(gl.uint8, [NRAW, BLOCK_N, 32], plain)
+    meta_smem = gl.allocate_shared_memory(gl.int32, [NRAW, BLOCK_N], plain1)
     kval_smem = gl.allocate_shared_memory(gl.int32, [KS, BLOCK_N], plain1)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, BLOCK_N], p_lay)
     x_smem = gl.allocate_shared_memory(gl.float32, [3, BLOCK_H], plain1)

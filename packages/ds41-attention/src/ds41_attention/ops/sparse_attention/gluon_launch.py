@@ -27,10 +27,9 @@ def _gluon_importable() -> bool:
 def gluon_supported(q: torch.Tensor) -> bool:
     """Whether the Gluon kernel serves this call: a CUDA sm_90 device (Hopper), D = 512.
 
-    The tile configuration is fixed (64 heads x 64 keys per tile, one producer and two
-    consumer warpgroups, 2 K stages; the producer's ring chunks hold 16 keys, 8 for bf16
-    records, which changes no arithmetic); it depends on nothing but (H, D), never on the
-    batch, like the Triton kernel's.
+    The tile configuration is fixed (64 heads x 32 keys per tile, one producer and two
+    consumer warpgroups, 3 K stages, 2 for bf16 records); it depends on nothing but (H, D)
+    and the cache formats, never on the batch, like the Triton kernel's.
     """
     from ds41_cache.backend import interpreter_active
 
@@ -47,7 +46,7 @@ GLUON_MAX_SPLITS = 32
 
 def plan_gluon_splits(num_rows: int, head_blocks: int, max_tiles: int, num_sms: int) -> int:
     """Slices per row for the fast path: enough programs to fill the SMs once
-    (`num_sms // (rows x head blocks)`), at most one per key tile (`max_tiles`, from the
+    (`num_sms // (rows x head blocks)`), at most one per 32-key tile (`max_tiles`, from the
     slot tables' widths) and GLUON_MAX_SPLITS; 1 (the invariant kernel, no combine) once the
     rows fill the SMs. Measured on the H200 (BENCHMARKS.md): within 3% of the best forced
     split count from T = 4 to 128 rows; more slices than SMs (a second wave) lose."""
@@ -180,7 +179,7 @@ def launch_gluon_fast(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fast (split-KV) path on Hopper; returns (out bf16 [T, H, D], lse f32 [T, H]).
 
-    The same kernel with each program on a contiguous slice of its row's 64-key tiles, then
+    The same kernel with each program on a contiguous slice of its row's 32-key tiles, then
     the combine kernel; `splits` (default `plan_gluon_splits` from the batch shape and the
     SM count) slices per row. With one slice it is the invariant kernel. Not batch
     invariant: a row's slices, so its bits, follow the batch size. Inputs as for
