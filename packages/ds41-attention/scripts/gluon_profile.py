@@ -42,6 +42,7 @@ from ds41_attention.ops.sparse_attention.gluon_launch import (
     kernel_args,
     launch_gluon_fast,
     launch_gluon_sparse_attention,
+    launch_with,
 )
 from ds41_attention.ops.sparse_attention.launch import launch_sparse_attention
 from ds41_attention.ops.sparse_attention.naive import reference_sparse_attention
@@ -52,6 +53,18 @@ from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, ran
 CUDA = torch.device("cuda")
 LAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab.py")
 PERSIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_persist.py")
+CHUNKED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_chunked.py")
+# variants of the 64-key chunked lab kernel (`chunk_<spec>[_dropK][_sN]`): 64 = as committed
+# (64-key tiles, 2 K stages, 16-key ring chunks, 2 of them); n32: 32-key tiles, 3 K stages,
+# 16-key chunks, 4 of them; n32c32: 32-key tiles and chunks, 2 in the ring (the production
+# kernel's tiles, stages and look-ahead: bitwise its outputs); c8: 8-key chunks, 4 in the ring
+CHUNK_SPECS: dict[str, dict[str, int]] = {
+    "64": {},
+    "n32": {"BLOCK_N": 32, "KSMAIN": 3, "NRAW": 4, "C1_REGS": 168, "PRODUCER_REGS": 136},
+    "n32c32": {"BLOCK_N": 32, "KSMAIN": 3, "CHUNK": 32, "NRAW": 2, "C1_REGS": 168,
+               "PRODUCER_REGS": 136},
+    "c8": {"CHUNK": 8, "NRAW": 4},
+}  # fmt: skip
 TMP = tempfile.mkdtemp(prefix="gluon_lab_")
 
 
@@ -86,6 +99,14 @@ def launch_lab(mod: ModuleType, *args):
         *a, **fmts, num_warps=mod.GLUON_NUM_WARPS, maxnreg=mod.GLUON_MAXNREG
     )
     return out, lse
+
+
+def launch_prod_like(mod: ModuleType, *args, splits: int = 1):
+    """A kernel with the production kernel's signature (a `chunk_*` variant or a previous
+    production file) launched as the production launcher does (`splits` > 1: split mode and
+    the combine kernel)."""
+    return launch_with(mod._gluon_sparse_attn_kernel, {"maxnreg": mod.GLUON_MAXNREG}, *args,
+                       splits=splits)  # fmt: skip
 
 
 def launch_persist(mod: ModuleType, *args, grid: int | None = None, splits: int = 1):
@@ -197,7 +218,7 @@ def check(impls: dict[str, Any], quick: bool = False) -> bool:
     return ok_all
 
 
-def bits_unchanged(new: Any, old: Any) -> bool:
+def bits_unchanged(new: Any, old: Any, quick: bool = False) -> bool:
     """The production invariant kernel gives bitwise the outputs of `old` (the lab copy of the
     kernel before a change) on every check case at 24 rows (one item per program) and 333
     rows of random lengths, some 0 (x head blocks > 132 items: the persistent grid walks
@@ -206,7 +227,7 @@ def bits_unchanged(new: Any, old: Any) -> bool:
     cases = [("mxfp8", "nvfp4", 64), ("mxfp8", "mxfp8", 64), ("mxfp8", "bf16", 64),
              ("bf16", "nvfp4", 64), ("mxfp8", None, 64), ("bf16", "bf16", 64),
              ("mxfp8", "nvfp4", 128), ("mxfp8", "nvfp4", 16)]  # fmt: skip
-    for wfmt, cfmt, h in cases:
+    for wfmt, cfmt, h in cases[:1] if quick else cases:
         for rows in (24, 333):
             args = _problem(wfmt, cfmt, rows, h, seed=3 + rows)
             (o1, l1), (o2, l2) = new(*args), old(*args)
@@ -348,6 +369,10 @@ def main() -> None:
     ap.add_argument("--bits", default="",
                     help="OLD (the production kernel must equal variant OLD) or NEW:OLD, "
                          "comma separated")  # fmt: skip
+    ap.add_argument("--bits-quick", action="store_true", help="--bits on one format pair")
+    ap.add_argument(
+        "--old", default="", help="a previous production gluon_kernels.py, timed / checked as `old`"
+    )
     a = ap.parse_args()
     spec: dict[str, dict[str, int]] = {
         "ks3": {"PIPE": 0}, "ks2": {"PIPE": 0, "KSTAGES_MAIN": 2},
@@ -374,6 +399,14 @@ def main() -> None:
             impls[n] = functools.partial(launch_persist, persist_mod[drop],
                                          grid=int(m.group(1)) if m.group(1) else None,
                                          splits=int(m.group(2) or 1))  # fmt: skip
+        elif n == "old":
+            impls[n] = functools.partial(launch_prod_like, load_variant("old", a.old))
+        elif n.startswith("chunk_"):
+            m = re.fullmatch(r"chunk_([a-z0-9]+?)(?:_drop(\d))?(?:_s(\d+))?", n)
+            assert m, n
+            consts = CHUNK_SPECS[m.group(1)] | {"DROP": int(m.group(2) or 0)}
+            mod = load_variant(n, CHUNKED, **consts)
+            impls[n] = functools.partial(launch_prod_like, mod, splits=int(m.group(3) or 1))
         elif re.fullmatch(r"gluon_s\d+", n):
             impls[n] = functools.partial(launch_gluon_fast, splits=int(n[7:]))
         else:
@@ -387,7 +420,7 @@ def main() -> None:
         new_name, _, old_name = pair.rpartition(":")
         new_f = impls[new_name] if new_name else launch_gluon_sparse_attention
         print(f"bits: {new_name or 'production'} vs {old_name}", flush=True)
-        ok &= bits_unchanged(new_f, impls[old_name])
+        ok &= bits_unchanged(new_f, impls[old_name], a.bits_quick)
     ok &= check({k: v for k, v in impls.items() if k in a.check.split(",")} | split_impls)
     ok &= check({k: v for k, v in impls.items() if k in a.quick.split(",")}, quick=True)
     if a.split:
