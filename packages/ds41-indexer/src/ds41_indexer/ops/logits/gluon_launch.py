@@ -21,7 +21,7 @@ import torch
 from ds41_cache.backend import interpreter_active
 from ds41_cache.paged import PagedCache
 
-from .triton_kernels import TILE, paged_logits_triton
+from .triton_kernels import MAX_GRID_Y, TILE, paged_logits_triton
 
 
 @functools.cache
@@ -48,9 +48,6 @@ def gluon_shape_ok(
         and page_size % block_n == 0
         and entry_base % block_n == 0
     )
-
-
-MAX_GRID_Y = 65535
 
 
 def use_gluon(q: torch.Tensor, cache: PagedCache, entry_base: int, n: int) -> bool:
