@@ -1,10 +1,13 @@
 """Where a flash_mini decode step spends its GPU time, mode=bi against mode=fast.
 
-    python benchmarks/profile_step.py [--batch 1,64] [--context 4096] [--steps 5]
+    python benchmarks/profile_step.py [--batch 1,64] [--context 4096] [--steps 5] [--top 8]
+                                      [--sites 0]
 
 Runs the runner's real forward on a synthetic history (as `ds41_runner.bench` does) and prints,
 per mode and batch, the GPU kernels ranked by total device time over `--steps` decode steps
 (torch.profiler), grouped into stages: linear layers, attention, indexer, cache writes, other.
+`--sites N` also lists the N torch ops with the most kernel time of their own, by the ds41
+source line that called them (where the "other" kernels come from).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 from collections import defaultdict
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from ds41_runner.bench import _fill_synthetic_history
@@ -52,6 +56,8 @@ def main() -> None:
     ap.add_argument("--batch", default="1,64")
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--top", type=int, default=8, help="kernels listed per run")
+    ap.add_argument("--sites", type=int, default=0, help="torch ops listed by call site")
     args = ap.parse_args()
     dev = torch.device("cuda")
     cfg = ModelConfig.preset("flash_mini")
@@ -77,13 +83,16 @@ def main() -> None:
             for _ in range(3):
                 model.forward(tok, req, pos, kv, validate=False)
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            acts = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if args.sites else [])
+            with profile(activities=acts, with_stack=args.sites > 0) as prof:
                 for _ in range(args.steps):
                     model.forward(tok, req, pos, kv, validate=False)
                 torch.cuda.synchronize()
             per_stage: dict[str, float] = defaultdict(float)
             rows = []
             for ev in prof.key_averages():
+                if ev.device_type != DeviceType.CUDA:
+                    continue
                 us = ev.device_time_total / args.steps
                 if us <= 0:
                     continue
@@ -94,8 +103,26 @@ def main() -> None:
             print(f"\n== {head}: {total:.0f} us of kernels/step")
             for stage, us in sorted(per_stage.items(), key=lambda kv_: -kv_[1]):
                 print(f"   {stage:12s} {us:9.0f} us  {us / total:6.1%}")
-            for us, n, name in sorted(rows, reverse=True)[:8]:
+            for us, n, name in sorted(rows, reverse=True)[: args.top]:
                 print(f"   {us:9.0f} us  x{n:<4d} {name}")
+            if args.sites:
+                print_sites(prof, args.steps, args.sites)
+
+
+def print_sites(prof: profile, steps: int, top: int) -> None:
+    """The torch ops with the most kernel time of their own, by the innermost ds41 frame."""
+    sites: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for ev in prof.key_averages(group_by_stack_n=12):
+        us = ev.self_device_time_total / steps
+        if ev.device_type != DeviceType.CPU or us <= 0 or not ev.key.startswith("aten::"):
+            continue
+        frame = next((f for f in ev.stack if "ds41_" in f), "(no stack recorded)")
+        site = sites[(frame.split("src/")[-1][:60], ev.key)]
+        site[0] += us
+        site[1] += ev.count / steps
+    print("   kernel time by torch op and call site (us/step, calls/step):")
+    for (frame, op), (us, n) in sorted(sites.items(), key=lambda kv_: -kv_[1][0])[:top]:
+        print(f"   {us:9.0f} us  x{n:<5.0f} {op:28s} {frame}")
 
 
 if __name__ == "__main__":
