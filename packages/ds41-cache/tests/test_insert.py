@@ -9,7 +9,7 @@ from ds41_cache.codec import decode, encode
 from ds41_cache.formats import FORMATS, row_layout
 from ds41_cache.insert import gather, insert
 from ds41_cache.paged import PagedCache, default_page_stride
-from ds41_cache.rope import RopeConfig, apply_rope, rope_freqs
+from ds41_cache.rope import RopeConfig, apply_rope, rope_cos_sin, rope_freqs
 
 POISON = 0xA5
 PAGE = 4
@@ -104,6 +104,11 @@ def test_triton_rope_rounds_to_bf16_before_quantizing(fmt: str, device: torch.de
     dev = {"positions": pos.to(device), "freqs": freqs.to(device)}
     insert(tri, x.to(device), slots.to(device), backend="triton", **dev)
     assert torch.equal(tri.storage.cpu(), ref.storage)
+    # The caller's own tables (a model step computes them once): the same bytes.
+    held = PagedCache.allocate(fmt, 64, PAGE, big, device=device)
+    tables = rope_cos_sin(dev["positions"], dev["freqs"])
+    insert(held, x.to(device), slots.to(device), backend="triton", rope_tables=tables, **dev)
+    assert torch.equal(held.storage, tri.storage)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -156,6 +161,11 @@ def test_insert_errors_write_nothing() -> None:
         insert(cache, x_nan, slots)
     with pytest.raises(ValueError, match="without freqs"):
         insert(cache, x, slots, positions=pos)
+    cos, sin = rope_cos_sin(pos, freqs)
+    with pytest.raises(ValueError, match=r"rope_tables sin must be float32 \[7, 8\]"):
+        insert(cache, x, slots, positions=pos, freqs=freqs, rope_tables=(cos, sin[:, :4]))
+    with pytest.raises(ValueError, match="rope_tables were given without"):
+        insert(cache, x, slots, rope_tables=(cos, sin))
     with pytest.raises(TypeError, match="PagedCache"):
         insert(cache.storage, x, slots)  # type: ignore[arg-type]
     assert untouched()

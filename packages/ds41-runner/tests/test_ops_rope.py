@@ -1,10 +1,13 @@
-"""The runner's in-place RoPE (ops/rope.py) is bitwise `ds41_cache.rope.apply_rope`."""
+"""The runner's in-place RoPE (ops/rope.py) is bitwise `ds41_cache.rope.apply_rope`, on the
+torch path and in its Triton kernel; the SwiGLU gate's kernel is bitwise its torch path."""
 
 import pytest
 import torch
 
 from ds41_cache.rope import RopeConfig, apply_rope, rope_freqs
+from ds41_runner.ops.elementwise.naive import swiglu_gate_torch
 from ds41_runner.ops.rope import rope_, step_cos_sin
+from ds41_runner.ops.swiglu import swiglu_gate
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -38,3 +41,70 @@ def test_bad_tables():
         rope_(x, cos[:3], sin[:3])
     with pytest.raises(ValueError, match="R <= 8"):
         rope_(torch.zeros(4, 8), cos, sin)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("inverse", [False, True])
+def test_triton_rope_is_apply_rope(device, inverse):
+    # R/2 = 12 (a masked 16-wide block), 5 heads, D = 80: no power of two hides an index error.
+    g = torch.Generator().manual_seed(11)
+    cfg = RopeConfig(24, 10000.0, yarn_factor=4.0, yarn_orig=16)
+    freqs = rope_freqs(cfg)
+    pos = torch.randint(0, 60000, (6,), generator=g, dtype=torch.int32)
+    x = torch.randn(6, 5, 80, generator=g) * torch.logspace(-3, 3, 80)
+    x = x.to(torch.bfloat16)
+    ref = apply_rope(x, pos, freqs, inverse=inverse)
+    cos, sin = (c.to(device) for c in step_cos_sin(pos, freqs))
+    got = x.clone().to(device)  # .to("cpu") alone would rotate x itself
+    assert rope_(got, cos, sin, inverse=inverse, backend="triton") is got
+    assert torch.equal(got.cpu(), ref)
+    # 2-D rows and a head-slice view (strides of the parent): the other heads untouched.
+    flat = x[:, 2].clone().to(device)
+    rope_(flat, cos, sin, inverse=inverse, backend="triton")
+    assert torch.equal(flat.cpu(), ref[:, 2])
+    view = x.clone().to(device)
+    rope_(view[:, 1:4], cos, sin, inverse=inverse, backend="triton")
+    assert torch.equal(view[:, 1:4].cpu(), ref[:, 1:4])
+    assert torch.equal(view[:, 0].cpu(), x[:, 0]) and torch.equal(view[:, 4].cpu(), x[:, 4])
+    # An odd head offset cannot be read as 4-byte words: the torch path, the same bits.
+    odd = torch.cat([x.new_zeros(1), x.flatten()]).to(device)
+    shifted = odd[1:].view(6, 5, 80)
+    rope_(shifted, cos, sin, inverse=inverse, backend="triton")
+    assert torch.equal(shifted.cpu(), ref)
+    # A NaN stays a NaN in its own pair and touches nothing else.
+    bad = x.clone()
+    bad[3, 1, 70] = float("nan")
+    bad = bad.to(device)
+    rope_(bad, cos, sin, inverse=inverse, backend="triton")
+    nan = torch.isnan(bad.cpu())
+    assert nan[3, 1, 70] and nan.sum() <= 2 and nan[3, 1, 64:].sum() == nan.sum()
+    keep = ~nan
+    assert torch.equal(bad.cpu()[keep], ref[keep])
+
+
+@pytest.mark.interpreter
+def test_triton_swiglu_gate_is_torch_path(device):
+    g = torch.Generator().manual_seed(12)
+    # a spans silu's regions: exp(-a) overflowing (a << 0), the linear tail, the knee.
+    a = (torch.randn(7, 300, generator=g) * torch.logspace(-2, 2.5, 300)).to(torch.bfloat16)
+    b = (torch.randn(7, 300, generator=g) * 3).to(torch.bfloat16)
+    a[0, :4] = torch.tensor([-1000.0, 1000.0, 0.0, -0.0], dtype=torch.bfloat16)
+    ref = swiglu_gate_torch(a, b)
+    got = swiglu_gate(a.to(device), b.to(device), backend="triton")
+    assert got.dtype == torch.bfloat16 and got.shape == (7, 300)
+    assert torch.equal(got.cpu().view(torch.int16), ref.view(torch.int16))
+    # a row's bits do not depend on the rows beside it
+    assert torch.equal(
+        swiglu_gate(a[2:3].to(device), b[2:3].to(device), backend="triton"), got[2:3]
+    )
+    exact = torch.nn.functional.silu(a.double()) * b.double()
+    # (values below the fp32 range, silu(-122) ~ 1e-51, round to 0)
+    assert torch.allclose(got.cpu().double(), exact, rtol=2**-8, atol=1e-37)
+
+
+def test_swiglu_gate_bad_inputs():
+    a = torch.ones(2, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"a and b must be \[M, F\] of one shape"):
+        swiglu_gate(a, a[:, :4])
+    with pytest.raises(TypeError, match="a and b must be bf16"):
+        swiglu_gate(a, a.float())

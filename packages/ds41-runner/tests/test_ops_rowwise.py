@@ -1,10 +1,10 @@
-"""RMSNorm and log-softmax: per-row (bitwise) and against float64."""
+"""RMSNorm, the fused residual step and log-softmax: per-row (bitwise) and against float64."""
 
 import pytest
 import torch
 
 from ds41_runner.ops.logits import log_softmax
-from ds41_runner.ops.norm import rmsnorm, row_sum
+from ds41_runner.ops.norm import UNMARKED, residual_rmsnorm, rmsnorm, row_sum
 
 
 def _rows(m: int, d: int, seed: int, scale: float = 2.0) -> torch.Tensor:
@@ -86,3 +86,53 @@ def test_triton_log_softmax(device):
     full = log_softmax(x.to(device), backend="triton")
     assert torch.allclose(full.double().cpu(), torch.log_softmax(x.double(), -1), rtol=0, atol=2e-5)
     assert torch.equal(log_softmax(x[2:3].to(device), backend="triton"), full[2:3])
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equal where not NaN, NaN at the same places (NaN payloads may differ)."""
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("d", [80, 1024])
+def test_residual_rmsnorm_is_add_then_rmsnorm(device, d):
+    # bf16 sums that round (mixed magnitudes), a row overflowing to inf, a NaN row, a row
+    # already marked by an earlier stage: every output against the unfused ops on the device.
+    x = (_rows(9, d, seed=21) * torch.logspace(-2, 2, d)).to(torch.bfloat16)
+    delta = (_rows(9, d, seed=22) * 7).to(torch.bfloat16)
+    x[2, 5], delta[2, 5] = 3.0e38, 3.0e38
+    delta[4, d - 1] = float("nan")
+    w = (1 + 0.1 * _rows(1, d, seed=23)[0]).to(torch.bfloat16)
+    x, delta, w = x.to(device), delta.to(device), w.to(device)
+    first = torch.full((9,), UNMARKED, dtype=torch.int64, device=device)
+    first[4] = 3  # marked before: kept
+    for backend in ("torch", "triton"):
+        marks = first.clone()
+        total, h = residual_rmsnorm(x, delta, w, 1e-6, nonfinite=marks, stage=7, backend=backend)
+        assert _same(total, x + delta)
+        assert h is not None
+        ok = torch.isfinite(total).all(-1)
+        assert torch.equal(h[ok], rmsnorm(x + delta, w, 1e-6, backend=backend)[ok])
+        want = [UNMARKED] * 9
+        want[2], want[4] = 7, 3
+        assert marks.tolist() == want, backend
+        # one row alone: the same bits
+        t1, h1 = residual_rmsnorm(x[6:7], delta[6:7], w, 1e-6, backend=backend)
+        assert _same(t1, total[6:7]) and h1 is not None and torch.equal(h1, h[6:7])
+    # without a delta (the embedding's mark) and without a weight (the last block's sum)
+    marks = torch.full((9,), UNMARKED, dtype=torch.int64, device=device)
+    same, h = residual_rmsnorm(x, None, w, 1e-6, nonfinite=marks, stage=0, backend="triton")
+    assert same is x and h is not None and torch.equal(h, rmsnorm(x, w, 1e-6, backend="triton"))
+    assert marks.tolist() == [UNMARKED] * 9
+    total, none = residual_rmsnorm(x, delta, None, 1e-6, backend="triton")
+    assert none is None and _same(total, x + delta)
+
+
+def test_residual_rmsnorm_bad_inputs():
+    x = torch.ones(3, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"delta must be bf16 \[3, 8\] like x"):
+        residual_rmsnorm(x, x.float(), None, 1e-6)
+    with pytest.raises(ValueError, match=r"nonfinite must be int64 \[3\]"):
+        residual_rmsnorm(x, x, None, 1e-6, nonfinite=torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"weight must be \[8\]"):
+        residual_rmsnorm(x, x, torch.ones(4), 1e-6)

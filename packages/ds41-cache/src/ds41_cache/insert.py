@@ -32,6 +32,7 @@ def _check_insert(
     slots: torch.Tensor,
     positions: torch.Tensor | None,
     freqs: torch.Tensor | None,
+    rope_tables: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
     if not isinstance(cache, PagedCache):
         raise TypeError(f"cache must be a PagedCache, got {type(cache).__name__}")
@@ -45,6 +46,8 @@ def _check_insert(
     if freqs is None:
         if positions is not None:
             raise ValueError("positions were given without freqs; pass freqs to apply RoPE")
+        if rope_tables is not None:
+            raise ValueError("rope_tables were given without positions and freqs")
         return
     if positions is None:
         raise ValueError("freqs were given without positions; RoPE needs positions [N]")
@@ -59,6 +62,14 @@ def _check_insert(
     for name, t in (("positions", positions), ("freqs", freqs)):
         if t.device != cache.device:
             raise ValueError(f"{name} is on {t.device}, the cache on {cache.device}")
+    if rope_tables is not None:
+        want = (x.shape[0], freqs.numel())
+        for name, t in zip(("cos", "sin"), rope_tables, strict=True):
+            if t.dtype != torch.float32 or tuple(t.shape) != want or t.device != cache.device:
+                raise ValueError(
+                    f"rope_tables {name} must be float32 {list(want)} on {cache.device}, got "
+                    f"{t.dtype} {list(t.shape)} on {t.device}"
+                )
 
 
 def insert(
@@ -68,6 +79,7 @@ def insert(
     *,
     positions: torch.Tensor | None = None,
     freqs: torch.Tensor | None = None,
+    rope_tables: tuple[torch.Tensor, torch.Tensor] | None = None,
     backend: str = "auto",
     validate: bool = True,
 ) -> None:
@@ -75,6 +87,9 @@ def insert(
 
     With freqs: f32 [R/2] (and positions: [N] int), the last R channels are RoPE-rotated at
     `positions` first (`rope.apply_rope`, result in x.dtype), then quantized.
+    `rope_tables`: `rope.rope_cos_sin(positions, freqs)` when the caller already holds them
+    (a model step computes them once for all its layers); the GPU kernel then reads them
+    instead of computing its own (four launches fewer). They must be exactly those tables.
 
     `validate=True` checks, with host syncs and before any byte is written: slot ranges
     (IndexError), duplicate slots (ValueError), finite `freqs`, and the values that would be
@@ -89,7 +104,7 @@ def insert(
     decodes to finite values; NaN / +-inf values after RoPE are quantized as +0 / +-fp32 max
     (the same bytes on every backend, never a record that decodes to NaN or inf).
     """
-    _check_insert(cache, x, slots, positions, freqs)
+    _check_insert(cache, x, slots, positions, freqs, rope_tables)
     if validate:
         cache.check_slots(slots)
         keep = slots >= 0
@@ -116,7 +131,9 @@ def insert(
     if x.shape[0] == 0:
         return
     cos = sin = None
-    if freqs is not None:
+    if rope_tables is not None:
+        cos, sin = (t.contiguous() for t in rope_tables)
+    elif freqs is not None:
         assert positions is not None
         cos, sin = rope_cos_sin(positions, freqs)
     triton_kernels.launch_insert(cache, x.contiguous(), slots.contiguous(), cos, sin)

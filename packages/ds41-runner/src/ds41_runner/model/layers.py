@@ -12,6 +12,7 @@ from ds41_cache.paged import lookup_slots
 from ..ops.linear import grouped_linear, linear
 from ..ops.norm import rmsnorm
 from ..ops.rope import rope_, step_cos_sin
+from ..ops.swiglu import swiglu_gate
 from .config import LayerPlan, ModelConfig
 from .kv import KVState
 from .weights import LayerWeights
@@ -99,11 +100,11 @@ def attention_block(
 
     qr = rt.norm(rt.lin(x, lw.wq_a), lw.q_norm, eps)
     # The projection's fresh output is rotated in place (bitwise `apply_rope`, ops/rope.py).
-    q = rope_(rt.lin(qr, lw.wq_b).view(t, h, d), cos, sin)
+    q = rope_(rt.lin(qr, lw.wq_b).view(t, h, d), cos, sin, backend=rt.backend)
     latent_kv = rt.norm(rt.lin(x, lw.wkv), lw.kv_norm, eps)
     insert(
         kv.window[layer], latent_kv, ctx.window_slots, positions=ctx.pos, freqs=freqs,
-        validate=ctx.validate,
+        rope_tables=(cos, sin), validate=ctx.validate,
     )  # fmt: skip
 
     m = plan.ratio
@@ -139,7 +140,9 @@ def attention_block(
         if topk is not None:
             ctx.capture[f"topk{layer}"] = topk
     # In place on the attention output, unless a test captured it above.
-    out = rope_(out if ctx.capture is None else out.clone(), cos, sin, inverse=True)
+    out = rope_(
+        out if ctx.capture is None else out.clone(), cos, sin, inverse=True, backend=rt.backend
+    )
     g = cfg.o_groups
     grouped = out.reshape(t, g, (h * d) // g)
     return rt.lin(rt.grouped_lin(grouped, lw.wo_a), lw.wo_b)
@@ -254,14 +257,7 @@ def _candidate_mask(
 
 
 def mlp_block(lw: LayerWeights, x: torch.Tensor, rt: Runtime) -> torch.Tensor:
-    """SwiGLU: `w2(silu(w1 x) * w3 x)`, bf16 in and out.
-
-    silu runs in float64 and rounds to fp32: CPU torch evaluates transcendentals with a
-    vectorized body and a scalar tail that can differ in the last fp32 bit, and which elements
-    land in the tail depends on the tensor size (so on the batch); in float64 the two agree
-    after rounding to fp32 (barring a 2^-29-rare double-rounding straddle).
-    """
-    a = rt.lin(x, lw.w1).to(torch.float64)
-    b = rt.lin(x, lw.w3).to(torch.float32)
-    gate = torch.nn.functional.silu(a).to(torch.float32)
-    return rt.lin((gate * b).to(torch.bfloat16), lw.w2)
+    """SwiGLU: `w2(silu(w1 x) * w3 x)`, bf16 in and out; the gate is `ops.swiglu`'s (silu in
+    float64, one launch on the Triton backend)."""
+    gate = swiglu_gate(rt.lin(x, lw.w1), rt.lin(x, lw.w3), backend=rt.backend)
+    return rt.lin(gate, lw.w2)

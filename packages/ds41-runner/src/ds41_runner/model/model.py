@@ -15,6 +15,7 @@ from ds41_cache.backend import canonical_device, resolve_backend
 from .. import components as comp
 from ..ops.linear import check_mode
 from ..ops.logits import log_softmax
+from ..ops.norm import UNMARKED, residual_rmsnorm
 from ..ops.vocab import Pick, RowSampling
 from ..ops.vocab import pick as vocab_pick
 from .config import ModelConfig
@@ -22,7 +23,7 @@ from .kv import KVState
 from .layers import Runtime, StepContext, attention_block, entry_slots, mlp_block
 from .weights import ModelWeights, init_weights
 
-NO_NONFINITE_STAGE = -1
+NO_NONFINITE_STAGE = UNMARKED
 """`nonfinite_stage` of a row whose embedding and every block output were finite."""
 
 
@@ -36,13 +37,6 @@ def nonfinite_stage_name(stage: int) -> str:
         return "the embedding"
     layer, block = divmod(stage - 1, 2)
     return f"layer {layer}'s {'attention' if block == 0 else 'MLP'} block"
-
-
-def _mark_nonfinite(first: torch.Tensor, x: torch.Tensor, stage: int) -> None:
-    """`first[t] = stage` for rows of `x` with a NaN/inf that no earlier stage marked (device
-    only, no host sync, so it runs inside a CUDA graph)."""
-    bad = ~torch.isfinite(x).all(dim=-1)
-    first.copy_(torch.where(bad & (first == NO_NONFINITE_STAGE), stage, first))
 
 
 def _rope_tables(cfg: ModelConfig, device: torch.device) -> dict[int, torch.Tensor]:
@@ -255,16 +249,22 @@ class Model:
         x = self._embed(tok)
         if nonfinite_stage is not None:
             nonfinite_stage.fill_(NO_NONFINITE_STAGE)
-            _mark_nonfinite(nonfinite_stage, x, 0)
         eps = cfg.rms_norm_eps
-        for plan, lw in zip(self.plans, w.layers, strict=True):
-            h = rt.norm(x, lw.attn_norm, eps)
-            x = x + attention_block(self.layer_cfg, plan, lw, h, ctx, rt)
-            if nonfinite_stage is not None:
-                _mark_nonfinite(nonfinite_stage, x, 1 + 2 * plan.layer)
-            x = x + mlp_block(lw, rt.norm(x, lw.mlp_norm, eps), rt)
-            if nonfinite_stage is not None:
-                _mark_nonfinite(nonfinite_stage, x, 2 + 2 * plan.layer)
+        # Each residual add, the non-finite mark of its sum and the next block's input norm
+        # run as one step (`residual_rmsnorm`: one launch on the Triton backend).
+        x, h = residual_rmsnorm(x, None, w.layers[0].attn_norm, eps, nonfinite=nonfinite_stage,
+                                stage=0, backend=rt.backend)  # fmt: skip
+        layers = list(zip(self.plans, w.layers, strict=True))
+        for i, (plan, lw) in enumerate(layers):
+            assert h is not None
+            attn = attention_block(self.layer_cfg, plan, lw, h, ctx, rt)
+            x, h = residual_rmsnorm(x, attn, lw.mlp_norm, eps, nonfinite=nonfinite_stage,
+                                    stage=1 + 2 * plan.layer, backend=rt.backend)  # fmt: skip
+            assert h is not None
+            # The last block's sum is normed below, on the logit rows only.
+            nxt = layers[i + 1][1].attn_norm if i + 1 < len(layers) else None
+            x, h = residual_rmsnorm(x, mlp_block(lw, h, rt), nxt, eps, nonfinite=nonfinite_stage,
+                                    stage=2 + 2 * plan.layer, backend=rt.backend)  # fmt: skip
             if capture is not None:
                 capture[f"hidden{plan.layer}"] = x
         if logit_rows is not None:

@@ -31,3 +31,14 @@ def rmsnorm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
     # evaluates it in a vector lane or in the scalar tail (which depends on the row count).
     inv = 1.0 / torch.sqrt(ms + eps)
     return x32 * inv * weight.to(torch.float32)
+
+
+UNMARKED = -1
+"""A row no stage has marked non-finite (`mark_nonfinite_torch`)."""
+
+
+def mark_nonfinite_torch(first: torch.Tensor, x: torch.Tensor, stage: int) -> None:
+    """`first[t] = stage` for rows of `x: [T, D]` with a NaN/inf that no earlier stage marked
+    (`first: int64 [T]`, UNMARKED = none yet); device ops only, no host sync."""
+    bad = ~torch.isfinite(x).all(dim=-1)
+    first.copy_(torch.where(bad & (first == UNMARKED), stage, first))

@@ -7,6 +7,17 @@ import torch
 import triton
 import triton.language as tl
 
+from ..elementwise.triton_kernels import bf16_bits_to_f32, f32_to_bf16_store_bits
+
+
+@triton.jit
+def _rms_scaled(x, w_ptr, cols, ok, D, eps):
+    # One row's `x * (1 / sqrt(mean(x^2) + eps)) * w` (fp32): both norm kernels call this on a
+    # row loaded the same way, so their reduction trees and bits are the same.
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+    ms = tl.sum(x * x, axis=0) / D
+    return x * (1.0 / tl.sqrt(ms + eps)) * w
+
 
 @triton.jit
 def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, D, stride_x, stride_o, eps, BLOCK_D: tl.constexpr):
@@ -14,10 +25,13 @@ def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, D, stride_x, stride_o, eps, BLOCK_D: t
     cols = tl.arange(0, BLOCK_D)
     ok = cols < D
     x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-    ms = tl.sum(x * x, axis=0) / D
-    y = x * (1.0 / tl.sqrt(ms + eps)) * w
+    y = _rms_scaled(x, w_ptr, cols, ok, D, eps)
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def _norm_warps(block_d: int) -> int:
+    # Warps follow the row width only (never the row count), so the reduction tree is fixed.
+    return 4 if block_d <= 2048 else 8
 
 
 def launch_rmsnorm(
@@ -25,12 +39,63 @@ def launch_rmsnorm(
 ) -> torch.Tensor:
     m, d = x.shape
     block = triton.next_power_of_2(d)
-    # Warps follow the row width only (never the row count), so the reduction tree is fixed.
     rmsnorm_kernel[(m,)](
         x, w, out, d, x.stride(0), out.stride(0), eps, BLOCK_D=block,
-        num_warps=4 if block <= 2048 else 8,
+        num_warps=_norm_warps(block),
     )  # fmt: skip
     return out
+
+
+@triton.jit
+def residual_rmsnorm_kernel(
+    x_ptr, delta_ptr, w_ptr, sum_ptr, out_ptr, first_ptr, stage, D, stride_x, stride_d,
+    stride_s, stride_o, eps,
+    BLOCK_D: tl.constexpr, HAS_DELTA: tl.constexpr, MARK: tl.constexpr, NORM: tl.constexpr,
+):  # fmt: skip
+    # One program per row: s = bf16(x + delta) (torch's bf16 add: fp32 sum, one rounding),
+    # then the non-finite mark of s, then rmsnorm(s) as rmsnorm_kernel computes it.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    ok = cols < D
+    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    if HAS_DELTA:
+        d = tl.load(delta_ptr + row * stride_d + cols, mask=ok, other=0.0).to(tl.float32)
+        bits = f32_to_bf16_store_bits(x + d)
+        tl.store(sum_ptr + row * stride_s + cols, bits, mask=ok)
+        x = bf16_bits_to_f32(bits)
+    if MARK:
+        # not (|x| < inf) holds for inf and NaN alike
+        bad = tl.max(tl.where(ok & ~(tl.abs(x) < float("inf")), 1, 0), axis=0)
+        first = tl.load(first_ptr + row)
+        tl.store(first_ptr + row, tl.where((bad > 0) & (first == -1), stage, first))
+    if NORM:
+        y = _rms_scaled(x, w_ptr, cols, ok, D, eps)
+        tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def launch_residual_rmsnorm(
+    x: torch.Tensor,
+    delta: torch.Tensor | None,
+    w: torch.Tensor | None,
+    eps: float,
+    total: torch.Tensor | None,
+    out: torch.Tensor | None,
+    first: torch.Tensor | None,
+    stage: int,
+) -> None:
+    """`x`, `delta`: bf16 `[M, D]` (last dim contiguous); `total`: bf16 `[M, D]` gets
+    `x + delta`; `out`: `[M, D]` gets the norm; `first`: int64 `[M]` the marks."""
+    m, d = x.shape
+    block = triton.next_power_of_2(d)
+    residual_rmsnorm_kernel[(m,)](
+        x, x if delta is None else delta, x if w is None else w,
+        x.view(torch.int16) if total is None else total.view(torch.int16),
+        x if out is None else out, x if first is None else first, stage, d,
+        x.stride(0), 0 if delta is None else delta.stride(0),
+        0 if total is None else total.stride(0), 0 if out is None else out.stride(0), eps,
+        BLOCK_D=block, HAS_DELTA=delta is not None, MARK=first is not None, NORM=w is not None,
+        num_warps=_norm_warps(block),
+    )  # fmt: skip
 
 
 VOCAB_BLOCK = 1024
