@@ -29,14 +29,16 @@ stores its unnormalized fp32 accumulator and (max, sum) as partials for the comb
 mode the slice is [0, n): the arithmetic is the one the kernel had before split mode.
 
 Decode (every product exact in bf16, SPEC section 4), integer and bf16x2 instructions only
-(inline PTX): the conversion instructions (e4m3x2 -> f16x2, f16 -> f32, f32 -> bf16x2) run
-at a quarter of the integer rate and bounded the producer, so a code's sign, exponent and
-mantissa bits are placed straight into a bf16 field by PRMT (sign replicated), a shift and a
-mask: the value times 2^-120 (e4m3) or 2^-126 (e2m1), bf16 subnormals included; one bf16x2
-multiply by that power of two and one by the block scale (ue8m0 scales built as bf16 bits,
-byte 0 = 2^-127 as the bf16 subnormal; NVFP4's e4m3 scales converted once per block). Every
-step is exact, so the decoded tiles, hence the outputs, are bitwise those of the previous
-decode (hardware conversions), except for the e4m3 NaN codes, which no cache holds.
+(inline PTX; the conversion instructions e4m3x2 -> f16x2 and f32 -> bf16x2 issue at a quarter
+of the integer rate): a code's sign, exponent and mantissa bits are placed straight into a
+bf16 field by PRMT (sign replicated), a shift and a mask, which is the value times 2^-120
+(e4m3) or 2^-126 (e2m1), bf16 subnormals included; one bf16x2 multiply by that power of two
+and one by the block scale (ue8m0 scales built as bf16 bits, byte 0 = 2^-127 as the bf16
+subnormal; NVFP4's e4m3 scales converted once per block). Every step is exact, so the
+decoded tiles, hence the outputs, are bitwise those of the previous decode (hardware
+conversions), except for the e4m3 NaN codes, which no cache holds. Measured: 1-3% less time
+per tile than the conversions (the producer is bound by its dependent chains more than by
+issue); 32 keys per step instead of 16 another 3-5%.
 
 Only D = 512 (the V4.1 geometry) is supported; the Triton kernel serves every other shape.
 `packages/ds41-attention/scripts/gluon_lab.py` is a copy with profiling switches (stage
@@ -69,7 +71,8 @@ HALF = gl.constexpr(GLUON_D // 2)
 BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
 BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
 NRAW = gl.constexpr(GLUON_RAW_STAGES)
-SUB = gl.constexpr(16)  # keys decoded per step (register pressure)
+SUB = gl.constexpr(32)  # keys decoded per step: 32 measured 3-5% faster than 16 (more independent
+# work per step for the producer's one warp per scheduler; no spills, H200 attention_s7_call2)
 C1_REGS = gl.constexpr(168)
 PRODUCER_REGS = gl.constexpr(136)
 
