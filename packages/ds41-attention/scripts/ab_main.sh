@@ -8,8 +8,9 @@
 # 2. the package's GPU tests ($TESTS_K: a -k filter; TESTS=0: none); 3. `ds41_attention.bench`
 #    of this tree (BENCH=0: none; BENCH_OLD=1: the old one's too).
 # VARIANTS, CHECK, QUICK, BITS, SWEEP, SWEEP_ROWS, ROWS: gluon_profile.py's options (empty
-# CHECK / QUICK / BITS: none).
-# Results under $OUT (default /tmp/ab_main). Step time limits: T_PROFILE, T_TESTS, T_BENCH.
+# CHECK / QUICK / BITS: none; BITS_QUICK=0: --bits on every format pair).
+# Results under $OUT (default /tmp/ab_main). Step time limits: T_PROFILE, T_TESTS, T_BENCH;
+# XDIST_N: pytest workers (default 4).
 set -u -o pipefail
 cd "$(dirname "$0")/../../.."
 A=packages/ds41-attention
@@ -24,14 +25,14 @@ timeout "${T_PROFILE:-120}" python3 $A/scripts/gluon_profile.py \
   --old "$old/$A/src/ds41_attention/ops/sparse_attention/gluon_kernels.py" \
   --rows "${ROWS:-1,8,64,1024,4096}" --baselines gluon --variants "${VARIANTS:-old,chunk_64,gluon_s7}" \
   --check "${CHECK-gluon}" --quick "${QUICK-chunk_64,gluon_s7}" --bits "${BITS-chunk_n32c32:old}" \
-  --bits-quick \
+  $([ "${BITS_QUICK:-1}" = 1 ] && echo --bits-quick) \
   --tile-sweep --sweep "${SWEEP:-gluon,old}" --sweep-rows "${SWEEP_ROWS:-1,132}" \
   --json "$out/profile.json" 2>&1 | tee "$out/profile.log"
 echo "profile rc=$?"
 if [ "${TESTS:-1}" = 1 ]; then
   echo "== gpu tests"
   xd=""
-  python3 -c "import xdist" 2>/dev/null && xd="-n 4"
+  python3 -c "import xdist" 2>/dev/null && xd="-n ${XDIST_N:-4}"
   timeout "${T_TESTS:-120}" python3 -m pytest -q -m gpu $A/tests -p no:cacheprovider $xd \
     ${TESTS_K:+-k "$TESTS_K"} > "$out/tests.log" 2>&1
   echo "pytest rc=$?" >> "$out/tests.log"

@@ -7,7 +7,9 @@ softmax (they only wait and release), 3 = the producer issues no record copies (
 stale ring bytes); `KSTAGES_MAIN` / `NRAW_MAIN` the K-stage and raw-ring depths for non-bf16
 formats; `PIPE` 1 = consumer 0 issues Q.K^T of tile j + 1 before the softmax of tile j (the
 production setting); `SUB` keys decoded per step. With DROP = 0, PIPE = 1 and the default
-depths this compiles to the same SASS as `ds41_attention.ops.sparse_attention.gluon_kernels`.
+depths this compiled to the same SASS as the production kernel up to commit 85a81ce; production
+has since decoded with integer ops (attn7) and 32 keys per step, this copy keeps the hardware
+conversions.
 """
 
 from triton.experimental import gluon

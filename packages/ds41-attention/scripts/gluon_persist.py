@@ -97,7 +97,6 @@ from ds41_attention.ops.sparse_attention.gluon_kernels import (  # noqa: F401
     D,
     _dec_layout,
     _decode_sub,
-    _e2m1_to_e4m3,
     _issue_copy,
     _kstages,
     _qk,

@@ -318,6 +318,48 @@ def test_tile_configs_correct_and_invariant(cfg):
     assert torch.equal(o, full_o[perm[:13]]) and torch.equal(l, full_l[perm[:13]])
 
 
+def one_key_problem(cfmt: str, device: torch.device) -> tuple[tuple, torch.Tensor]:
+    """Rows with exactly one valid key (a window key in the first half of the rows, a
+    compressed one in the second), q = 0 and sink = -inf, over caches whose scale bytes span
+    a wide range (ue8m0 10..246: entries from 2^-126 to 1.75 * 2^127; NVFP4 e4m3 block scales
+    0..0x7E, subnormal ones included) and random codes of both signs. The softmax weight of
+    the key is exactly 1 and the denominator exactly 1, so every head's output must be the
+    key's decoded entry, bitwise: (args, expected bf16 [T, D])."""
+    from ds41_attention.ops.sparse_attention.records import gather_decode
+
+    g = torch.Generator().manual_seed(71)
+    rows, half = 256, 128
+    wc = random_cache("mxfp8", 512, 64, 4, g, scale_lo=10, scale_hi=246)
+    cc = random_cache(cfmt, 512, 64, 4, g, scale_lo=10, scale_hi=246)
+    if cfmt == "nvfp4":
+        sv = cc.scale_view()
+        sv.copy_(torch.randint(0, 0x7F, sv.shape, generator=g).to(torch.uint8))
+    ss = torch.full((rows, 4), -1, dtype=torch.int32)
+    cs = torch.full((rows, 4), -1, dtype=torch.int32)
+    ss[:half, 0] = torch.randperm(wc.num_slots, generator=g)[:half].to(torch.int32)
+    cs[half:, 0] = torch.randperm(cc.num_slots, generator=g)[:half].to(torch.int32)
+    sl = torch.cat([torch.ones(half), torch.zeros(half)]).to(torch.int32)
+    expected = torch.cat([gather_decode(wc, ss[:half, 0]), gather_decode(cc, cs[half:, 0])])
+    wc = wc.__class__(wc.fmt, 512, 64, 4, wc.page_stride, wc.storage.to(device))
+    cc = cc.__class__(cc.fmt, 512, 64, 4, cc.page_stride, cc.storage.to(device))
+    q = torch.zeros(rows, 64, 512, dtype=torch.bfloat16, device=device)
+    sink = torch.full((64,), -float("inf"), device=device)
+    args = (q, wc, ss.to(device), sl.to(device), cc, cs.to(device), (1 - sl).to(device), sink,
+            512**-0.5)  # fmt: skip
+    return args, expected.to(device)
+
+
+@pytest.mark.parametrize("cfmt", ["mxfp8", "nvfp4"])
+def test_one_key_rows_give_the_decoded_entry(impl, cfmt):
+    """The kernels' decode is exact over the whole range of codes and (nearly) of scales:
+    a row whose only key has weight 1 outputs that key's decoded entry bitwise in every head
+    (`one_key_problem`), and lse = 0."""
+    args, expected = one_key_problem(cfmt, CUDA)
+    o, lse = impl(*args)
+    assert torch.equal(o, expected[:, None, :].expand_as(o))
+    assert torch.equal(lse, torch.zeros_like(lse))
+
+
 def test_rows_beyond_int32_offsets(impl):
     """T = 131,072 + 8 rows at H 64, D 512: q and out hold 2^32 bf16 elements, so row offsets
     in 32-bit words pass 2^31. The last rows must equal the same rows computed alone."""
