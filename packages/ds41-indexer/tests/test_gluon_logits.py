@@ -11,7 +11,7 @@ from helpers import make_queries, make_scenario, reference_logits
 from ds41_cache.paged import PagedCache
 from ds41_indexer import index_logits, paged_index_topk
 from ds41_indexer.ops.logits import gluon_launch
-from ds41_indexer.ops.logits.gluon_launch import gluon_shape_ok
+from ds41_indexer.ops.logits.gluon_launch import gluon_config, gluon_shape_ok
 from ds41_indexer.ops.logits.triton_kernels import paged_logits_triton
 
 CUDA = torch.device("cuda")
@@ -28,6 +28,19 @@ def test_gluon_shape_rule() -> None:
     assert not gluon_shape_ok("mxfp4", 32, 128, 64, 32, (9, 0))  # entry base off a tile
     assert not gluon_shape_ok("mxfp4", 32, 128, 64, 0, (8, 0))
     assert not gluon_shape_ok("mxfp4", 32, 128, 64, 0, (10, 0))
+
+
+def test_gluon_config_rule() -> None:
+    """The program shape (consumer warpgroups, tiles) is a function of the grid size only and
+    is one of the shapes the kernel builds; one row keeps short programs."""
+    for rows in (1, 8, 64, 256, 4096):
+        for spans in (1, 2, 16, 64, 512, 65535):
+            nc, tiles = gluon_config(rows, spans)
+            assert gluon_config(rows, spans) == (nc, tiles)
+            assert (nc, tiles) in ((1, 16), (1, 32), (2, 16))
+    assert gluon_config(1, 128) == (2, 16)  # one row of 128K entries
+    assert gluon_config(8, 128) == (1, 16)
+    assert gluon_config(64, 1024) == (1, 32)
 
 
 def _hopper() -> bool:
@@ -80,7 +93,7 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
     return x.view(torch.int32) if x.dtype == torch.float32 else x.view(torch.int16)
 
 
-def _both(sc, q, w, req, pos, *, cand=None, dtype=torch.float32, ratio=1):
+def _both(sc, q, w, req, pos, *, cand=None, dtype=torch.float32, ratio=1, config=None):
     """(Triton alone, Gluon + Triton for the rest, done flags): logits and group maxima."""
     n = sc.block_table.shape[1] * sc.cache.page_size
     t = q.shape[0]
@@ -90,7 +103,7 @@ def _both(sc, q, w, req, pos, *, cand=None, dtype=torch.float32, ratio=1):
     gm_t = torch.full((t, -(-n // 64)), 3, dtype=torch.int32, device=CUDA)
     gm_g = torch.full((t, -(-n // 64)), 9, dtype=torch.int32, device=CUDA)
     paged_logits_triton(*args, out_t, cand, gmax=gm_t)
-    done = gluon_launch.launch_gluon_logits(*args, out_g, cand, gmax=gm_g)
+    done = gluon_launch.launch_gluon_logits(*args, out_g, cand, gmax=gm_g, config=config)
     paged_logits_triton(*args, out_g, cand, gmax=gm_g, done=done)
     return (out_t, gm_t), (out_g, gm_g), done
 
@@ -116,6 +129,27 @@ def test_gluon_equals_triton_bitwise(case: str) -> None:
     assert torch.equal(_bits(out_g), _bits(out_t))
     assert torch.equal(gm_g, gm_t)
     # the Gluon kernel took spans (the test is not vacuous) and, on the edge case, left some
+    assert int(done.sum()) > done.numel() // 2
+    if case == "edges":
+        assert int((done == 0).sum()) > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [(1, 16), (1, 32), (2, 16), (2, 32)])
+@pytest.mark.parametrize("case", ["mixed candidates", "edges"])
+def test_gluon_configs_bitwise(config: tuple[int, int], case: str) -> None:
+    """Every program shape the launcher may pick gives the Triton kernel's bits (one or two
+    consumer warpgroups, one or two spans a program, each span flagged on its own)."""
+    _need_hopper()
+    if case == "edges":
+        sc, q, w, req, pos = _edges(45)
+        cand = None
+    else:
+        sc, q, w, req, pos = _mixed(46, 64)
+        cand = torch.rand(q.shape[0], 2900, device=CUDA) < 0.5
+    (out_t, gm_t), (out_g, gm_g), done = _both(sc, q, w, req, pos, cand=cand, config=config)
+    assert torch.equal(_bits(out_g), _bits(out_t))
+    assert torch.equal(gm_g, gm_t)
     assert int(done.sum()) > done.numel() // 2
     if case == "edges":
         assert int((done == 0).sum()) > 0

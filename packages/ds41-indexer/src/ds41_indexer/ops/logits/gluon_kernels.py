@@ -1,17 +1,18 @@
 # mypy: disable-error-code="no-untyped-def"
 """Hopper (sm_90a) Gluon kernel of the paged indexer logits, MXFP4 keys, fp16 path.
 
-Contract: the same programs as the Triton kernel (`triton_kernels.py`): program (t, j) scores
-row t against span j of `SPAN` = 16 tiles of 64 entries, on the fp16 path of the module
-docstring there, with the same operands, the same tensor-core instruction shape (m64 n HI_PAD
-k16, keys as the register A operand, the folded queries in shared memory as B, low nibbles then
-high nibbles, K ascending), the same ReLU, head weights, head-sum tree (the reduction of one
-accumulator layout) and power-of-two factors, so the logits it writes are the Triton fast
-path's bits. It does not choose: it scores every span on the fast path and records, per span,
-whether the fast path was the right one (`done` = 1: the row's queries and every readable key
-scale byte of the span are in the fast path's range, the test of `_span_in_fast_range` and
-`_fold_queries`). The launcher then runs the Triton kernel for the spans with `done` = 0, which
-overwrites them (general path), so every span ends with the bits the Triton kernel alone gives.
+Contract: the spans of the Triton kernel (`triton_kernels.py`, `SPAN` = 16 tiles of 64
+entries): program (t, j) scores row t against TILES / SPAN spans from span j * TILES / SPAN,
+on the fp16 path of the module docstring there, with the same operands, the same tensor-core
+instruction shape (m64 n HI_PAD k16, keys as the register A operand, the folded queries in
+shared memory as B, low nibbles then high nibbles, K ascending), the same ReLU, head weights,
+head-sum tree (the reduction of one accumulator layout) and power-of-two factors, so the logits
+it writes are the Triton fast path's bits. It does not choose: it scores every span on the fast
+path and records, per span, whether the fast path was the right one (`done` = 1: the row's
+queries and every readable key scale byte of the span are in the fast path's range, the test
+of `_span_in_fast_range` and `_fold_queries`). The launcher then runs the Triton kernel for the
+spans with `done` = 0, which overwrites them (general path), so every span ends with the bits
+the Triton kernel alone gives.
 
 Structure (warp specialized; why: the Triton loop is bound by its serial per-tile chain of
 cp.async waits, barriers and waited tensor-core groups, not by memory or the decode):
@@ -19,18 +20,24 @@ cp.async waits, barriers and waited tensor-core groups, not by memory or the dec
   tile's 4,096 key bytes and 256 scale bytes (one page block each: a tile lies in one page)
   into the stage, completing on the stage's mbarrier (one asynchronous arrival per thread).
   Tiles past the row's visible entries or with a page outside the cache are masked copies
-  (zero-fill, nothing read).
-- consumer (4 warps): folds the row's queries into shared memory once, then per tile waits for
-  its stage, loads the packed bytes (2-byte elements, each one half of a thread's fp16x2 A
-  operand) and the scale bytes, releases the stage (one barrier of its 4 warps), decodes, runs
-  the two tensor-core products and the epilogue (mask, store, group maximum, range test).
+  (zero-fill, nothing read). The key bytes land swizzled (16-byte block b of entry e in slot
+  b ^ ((e >> 1) & 3)), so the consumer's 2-byte loads meet no bank conflicts.
+- consumers (NC warpgroups, 1 or 2; consumer c takes tiles c, c + NC, ...): consumer 0 folds
+  the row's queries into shared memory once (the others wait on an mbarrier), then per tile
+  each waits for its stage, loads the packed bytes (2-byte elements, each one half of a
+  thread's fp16x2 A operand) and the scale bytes, releases the stage (one barrier of its 4
+  warps), decodes, runs the two tensor-core products and the epilogue (mask, store, group
+  maximum, range test). The block scale factor 2^(d + 15) is built as fp32 exponent bits and
+  converted to fp16 (exact on the fast path's range: the Triton kernel's factor).
 - the group maxima: each warp's largest key of its 16 entries goes to a register slot per tile;
-  the maximum over the 4 warps is taken once after the loop (no shared memory or barrier per
-  tile, where the Triton kernel has both).
-Four programs share an SM (64 registers a thread at launch: the consumer runs with 104), so one
-program's waits are covered by the others' work. Measured on the H200 (BENCHMARKS.md, issue 12,
-sixth round): the fused call's logits stage 7-17% faster than the Triton kernel at >= 64 rows;
-a software-pipelined consumer (`scripts/issue12/lab_gluon_pipe2.py`) was slower.
+  the maximum over the 4 warps is taken once after the loop and each consumer stores its own
+  tiles' maxima (no shared memory or barrier per tile, where the Triton kernel has both).
+- a program takes TILES = 16 or 32 tiles (one or two spans; one `done` flag per span, merged
+  over the consumers through shared memory); `gluon_launch.gluon_config` picks the shape.
+With one consumer, four programs share an SM (64 registers a thread at launch: the consumer
+runs with 104), so one program's waits are covered by the others' work; with two, two programs
+(the consumers run with 88 and 80), which lowers the latency of a grid of few programs (one
+row). Measured on the H200: BENCHMARKS.md, issue 12, sixth and seventh rounds.
 """
 
 from triton.experimental import gluon
@@ -53,8 +60,13 @@ GLUON_NUM_WARPS = 4
 # programs, 6-7% slower on the H200; 96 with 3 stages: 2 programs, ~35% slower).
 GLUON_MAXNREG = 64
 GLUON_PRODUCER_REGS = 24
+# With two consumer warpgroups (12 warps at 64 registers: 2 programs an SM) the second one runs
+# with GLUON_CONSUMER_REGS and the first with the rest (3 * 64 - 80 - 24 = 88): at 72 each (56
+# at launch, 3 programs an SM) ptxas spills and serializes the tensor-core steps.
+GLUON_CONSUMER_REGS = 80
 PRODUCER_REGS = gl.constexpr(GLUON_PRODUCER_REGS)
 BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
+SPAN = gl.constexpr(GLUON_SPAN)
 DI = gl.constexpr(128)  # channels (MXFP4: 64 data bytes and 4 scale bytes per entry)
 ROW_WORDS = gl.constexpr(16)  # int32 words of one entry's data
 
@@ -72,6 +84,23 @@ def _raw_layout():
         block_bases=[],
         shape=[64, 4, 8],
     )
+
+
+@gluon.constexpr_function
+def _data_smem_layout():
+    # int32 [64 entries, 16 words]: the 16-byte block b of entry e lies in slot b ^ ((e >> 1) & 3)
+    # of its row, so the 8 entries one consumer load reads (16w + g, g < 8) fall in 8 distinct
+    # 16-byte bank groups (unswizzled, rows 64 bytes apart share 2: 4-way bank conflicts)
+    return gl.SwizzledSharedLayout(4, 2, 4, [1, 0])
+
+
+@gluon.constexpr_function
+def _raw_smem_layout():
+    # the same bytes as int16 [64, 4 blocks, 8 pairs] (offset bits -> [entry, block, pair])
+    return gl.SharedLinearLayout(
+        offset_bases=[[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 1, 0], [0, 2, 0], [1, 0, 0],
+                      [2, 1, 0], [4, 2, 0], [8, 0, 0], [16, 0, 0], [32, 0, 0]],
+    )  # fmt: skip
 
 
 @gluon.jit
@@ -113,6 +142,19 @@ def _e2m1_pair_f16(raw, fac):
 
 
 @gluon.jit
+def _f16x2_dup(bits):
+    """int32 fp32 bits -> int32 fp16x2 word holding the value rounded to fp16 in both halves."""
+    return gl.inline_asm_elementwise(
+        "cvt.rn.f16x2.f32 $0, $1, $1;",
+        "=r,r",
+        [bits],
+        dtype=gl.int32,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@gluon.jit
 def _f16x2_halves(w):
     """int32 fp16x2 words -> (low half, high half) fp16 (register moves only)."""
     return gl.inline_asm_elementwise(
@@ -141,6 +183,11 @@ def _score_to_key(x):
 
 
 @gluon.jit
+def _bit_or(a, b):
+    return a | b
+
+
+@gluon.jit
 def _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r):
     """(t, n_vis, r_at) of this program's row: a request id outside the table is a padding
     row (nothing visible, nothing read)."""
@@ -166,10 +213,8 @@ def _tile_page(bt_ptr, r_at, entry_base, c0, n_cols, n_vis, bt_cols, num_pages,
 
 
 @gluon.jit
-def _producer(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, HI: gl.constexpr,
-              HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr,
-              OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
-              TILES: gl.constexpr):  # fmt: skip
+def _producer(a, data_smem, scale_smem, ready, empty, PAGE_SIZE: gl.constexpr,
+              STAGES: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
     (
         _q_ptr,
         _w_ptr,
@@ -197,6 +242,7 @@ def _producer(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, HI: gl.co
         _out_stride_t,
         _gmax_stride_t,
         _done_stride_t,
+        _done_cols,
     ) = a
     _t, n_vis, r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
     c_first = gl.program_id(1) * TILES * BLOCK_N
@@ -228,11 +274,12 @@ def _producer(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, HI: gl.co
 
 @gluon.jit
 def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, q_smem, q2_smem,
-                  HI: gl.constexpr, HI_PAD: gl.constexpr, mma: gl.constexpr):  # fmt: skip
-    """The row's queries into q_smem (fp16 [2, HI_PAD, 64]: even channels, odd channels), each
-    head scaled by 2^-e_h so its largest |q| lies in [2^14, 2^15); returns the head weights
-    times 2^e_h (f32 [HI_PAD] in the accumulator's column layout) and whether every scaled
-    query is exact in fp16 with e_h in range: the Triton kernel's `_fold_queries`."""
+                  HI: gl.constexpr, HI_PAD: gl.constexpr, mma: gl.constexpr,
+                  STORE: gl.constexpr):  # fmt: skip
+    """The row's queries into q_smem (fp16 [2, HI_PAD, 64]: even channels, odd channels; only
+    with STORE), each head scaled by 2^-e_h so its largest |q| lies in [2^14, 2^15); returns
+    the head weights times 2^e_h (f32 [HI_PAD] in the accumulator's column layout) and whether
+    every scaled query is exact in fp16 with e_h in range: the Triton kernel's `_fold_queries`."""
     ql: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     h = gl.arange(0, HI_PAD, layout=gl.SliceLayout(1, ql))
     hm = h < HI
@@ -253,18 +300,23 @@ def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, q_smem, q
     exact = (qe16.to(gl.float32) == qe) & (qo16.to(gl.float32) == qo)
     bad = gl.sum((~exact).to(gl.int32), axis=1) + (~in_range).to(gl.int32)
     q_ok = gl.sum(bad, axis=0) == 0
-    q_smem.store(qe16)
-    q2_smem.store(qo16)
+    if STORE:
+        q_smem.store(qe16)
+        q2_smem.store(qo16)
     w = gl.load(w_ptr + t * w_stride_t + h, mask=hm, other=0.0)
     wf = gl.convert_layout(w * _pow2_bits(eh), gl.SliceLayout(0, mma))
     return wf, q_ok
 
 
 @gluon.jit
-def _consumer(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, HI: gl.constexpr,
-              HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr,
-              OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
-              TILES: gl.constexpr):  # fmt: skip
+def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
+             HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
+             HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
+             STAGES: gl.constexpr, TILES: gl.constexpr, CID: gl.constexpr,
+             NC: gl.constexpr):  # fmt: skip
+    """Consumer CID of NC (one warpgroup): tiles CID, CID + NC, ... of the program. Returns
+    the program's `done` flags (consumer 0, after merging the others' flags) as bits, one per
+    span of GLUON_SPAN tiles."""
     (
         q_ptr,
         w_ptr,
@@ -292,6 +344,7 @@ def _consumer(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, HI: gl.co
         out_stride_t,
         gmax_stride_t,
         done_stride_t,
+        done_cols,
     ) = a
     mma: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HI_PAD, 16]
@@ -300,42 +353,49 @@ def _consumer(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, HI: gl.co
     rl: gl.constexpr = _raw_layout()
     scl: gl.constexpr = gl.SliceLayout(2, rl)
     row: gl.constexpr = gl.SliceLayout(1, mma)
-    plain3: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0])
     plain2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     t, n_vis, r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
     j = gl.program_id(1)
     c_first = j * TILES * BLOCK_N
+    # consumer 0 folds the queries into shared memory; the others wait for them
     wf, q_ok = _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, q_smem,
-                             q2_smem, HI, HI_PAD, mma)  # fmt: skip
-    fence_async_shared()
-    gl.thread_barrier()
+                             q2_smem, HI, HI_PAD, mma, CID == 0)  # fmt: skip
+    if CID == 0:
+        fence_async_shared()
+        gl.thread_barrier()
+        if NC > 1:
+            mbarrier.arrive(xbar.index(0), count=1)
+    else:
+        mbarrier.wait(xbar.index(0), 0)
     qlo = q_smem.permute((1, 0))
     qhi = q2_smem.permute((1, 0))
     out_row = out_ptr + t * out_stride_t
     lane_rows = gl.arange(0, BLOCK_N, layout=row)
     zero = gl.zeros([BLOCK_N, HI_PAD], gl.float32, mma)
+    # bit k: a readable key of span k (GLUON_SPAN tiles) is outside the fast path's range
     bad = gl.zeros([BLOCK_N], gl.int32, row)
     gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
     slot = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
     gslots = gl.zeros([4, 32], gl.uint32, gml)
-    for i in range(TILES):
+    for i in range(CID, TILES, NC):
         s = i % STAGES
         c0 = c_first + i * BLOCK_N
         _page, page_ok = _tile_page(bt_ptr, r_at, entry_base, c0, n_cols, n_vis, bt_cols,
                                     num_pages, PAGE_SIZE)  # fmt: skip
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-        raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], plain3).load(rl)
+        raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
+        raw = raw.load(rl)
         sc = scale_smem.index(s)._reinterpret(gl.uint8, [BLOCK_N, 4], plain2).load(scl)
         gl.thread_barrier()
         mbarrier.arrive(empty.index(s), count=1)
         sc = sc.to(gl.int32)
         mk = gl.max(sc, axis=1)
         mn = gl.min(sc, axis=1)
-        d = sc - mk[:, None]
-        # factor 2^(d + 15) in fp16 (d in [-32, 0]: normal down to 2^-14, then subnormal)
-        e = gl.maximum(d + 15, -24)
-        fbits = gl.where(e >= -14, (e + 15) << 10, 1 << (e + 24))
-        fac = gl.expand_dims(fbits | (fbits << 16), 2).broadcast_to([BLOCK_N, 4, 8])
+        # the factor 2^(d + 15), d = sc - mk, as fp32 bits, then converted to fp16: exact for
+        # the fast path's d in [-32, 0] (normal down to 2^-14, then subnormal down to 2^-17),
+        # so the same fp16 factor as the Triton kernel's; spans with d < -32 are flagged
+        fac = _f16x2_dup(((sc - mk[:, None]) + 142) << 23)
+        fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
         lw, hw = _e2m1_pair_f16(raw, fac)
         l0, l1 = _f16x2_halves(lw)
         h0, h1 = _f16x2_halves(hw)
@@ -358,7 +418,7 @@ def _consumer(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, HI: gl.co
         valid = (cols < n_cols) & (entry_base + cols < n_vis)
         # the span's range test (the Triton kernel's `_span_in_fast_range`) on readable keys
         out_of_range = (gl.convert_layout(mn, row) < mkr - 32) | (mkr < 10) | (mkr > 250)
-        bad = bad | (valid & page_ok & out_of_range).to(gl.int32)
+        bad = bad | ((valid & page_ok & out_of_range).to(gl.int32) << (i // SPAN))
         keep = valid
         if HAS_CAND:
             entries = entry_base + cols
@@ -384,13 +444,49 @@ def _consumer(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, HI: gl.co
                                    gl.SliceLayout(1, gml))  # fmt: skip
             gslots = gl.where(slot[None, :] == i, kw[:, None], gslots)
     if HAS_GMAX:
+        # this consumer's tiles only (slot i holds tile i's maximum)
         gk = gl.max(gslots, axis=0)
         g = c_first // BLOCK_N + slot
         gl.store(gmax_ptr + t * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),
-                 mask=(slot < TILES) & (g * BLOCK_N < n_cols))  # fmt: skip
-    ok = q_ok & (gl.max(bad, axis=0) == 0)
-    gl.store(done_ptr + t * done_stride_t + j, ok.to(gl.int8))
-    return (ok,)
+                 mask=(slot < TILES) & (slot % NC == CID) & (g * BLOCK_N < n_cols))  # fmt: skip
+    bits = gl.reduce(bad, 0, _bit_or)
+    fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    if CID != 0:
+        # hand the flags to consumer 0 (one slot per consumer)
+        flag_smem.index(CID).store(gl.zeros([128], gl.int32, fl) + bits)
+        gl.thread_barrier()
+        mbarrier.arrive(xbar.index(1), count=1)
+    else:
+        if NC > 1:
+            mbarrier.wait(xbar.index(1), 0)
+            for c in gl.static_range(1, NC):
+                bits = bits | gl.max(flag_smem.index(c).load(fl), axis=0)
+        bits = gl.where(q_ok, bits, (1 << (TILES // SPAN)) - 1)
+        sp = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
+        col = j * (TILES // SPAN) + sp
+        gl.store(done_ptr + t * done_stride_t + col, (((bits >> sp) & 1) == 0).to(gl.int8),
+                 mask=(sp < TILES // SPAN) & (col < done_cols))  # fmt: skip
+    return bits
+
+
+@gluon.jit
+def _consumer_main(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
+                   HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                   HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
+                   STAGES: gl.constexpr, TILES: gl.constexpr, NC: gl.constexpr):  # fmt: skip
+    bits = _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
+                    HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 0,
+                    NC)  # fmt: skip
+    return (bits,)
+
+
+@gluon.jit
+def _consumer_worker(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
+                     HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                     HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
+                     STAGES: gl.constexpr, TILES: gl.constexpr, NC: gl.constexpr):  # fmt: skip
+    _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem, HI,
+             HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 1, NC)  # fmt: skip
 
 
 @gluon.jit
@@ -398,14 +494,15 @@ def _gluon_logits_kernel(
     q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr, done_ptr,
     ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t, n_req, bt_cols, bt_stride_r,
     num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t, gmax_stride_t,
-    done_stride_t,
+    done_stride_t, done_cols,
     HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr,
     OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr,
+    NC: gl.constexpr, CONSUMER_REGS: gl.constexpr,
 ):  # fmt: skip
-    plain2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, DI // 2], gl.float16)
-    data_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, ROW_WORDS], plain2)
     plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, DI // 2], gl.float16)
+    data_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, ROW_WORDS],
+                                          _data_smem_layout())  # fmt: skip
     scale_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N], plain1)
     q_smem = gl.allocate_shared_memory(gl.float16, [HI_PAD, DI // 2], q_lay)
     q2_smem = gl.allocate_shared_memory(gl.float16, [HI_PAD, DI // 2], q_lay)
@@ -415,20 +512,48 @@ def _gluon_logits_kernel(
         # one asynchronous arrival per producer thread; one arrival of the consumer
         mbarrier.init(ready.index(b), count=32)
         mbarrier.init(empty.index(b), count=1)
+    if NC > 1:
+        # xbar 0: the queries are in shared memory; 1: the other consumers' flags are
+        xbar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(xbar.index(0), count=1)
+        mbarrier.init(xbar.index(1), count=NC - 1)
+        flag_smem = gl.allocate_shared_memory(gl.int32, [NC, 128], plain1)
+    else:
+        # not used by a single consumer (an mbarrier initialized and never used again would
+        # share its bytes with later scratch memory, which PTX leaves undefined)
+        xbar = empty
+        flag_smem = scale_smem
     fence_async_shared()
     gl.thread_barrier()
     a = (q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr,
          done_ptr, ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t, n_req,
          bt_cols, bt_stride_r, num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t,
-         gmax_stride_t, done_stride_t)  # fmt: skip
+         gmax_stride_t, done_stride_t, done_cols)  # fmt: skip
     # (constexprs stay constexprs only when the argument tuples are written in place)
-    gl.warp_specialize(
-        [
-            (_consumer, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, HI, HI_PAD,
-                         PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES)),
-            (_producer, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, HI, HI_PAD,
-                         PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES)),
-        ],
-        [1],
-        [PRODUCER_REGS],
-    )  # fmt: skip
+    if NC == 1:
+        gl.warp_specialize(
+            [
+                (_consumer_main, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar,
+                                  flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
+                                  HAS_GMAX, STAGES, TILES, NC)),
+                (_producer, (a, data_smem, scale_smem, ready, empty, PAGE_SIZE, STAGES,
+                             TILES)),
+            ],
+            [1],
+            [PRODUCER_REGS],
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
+                (_consumer_main, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar,
+                                  flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
+                                  HAS_GMAX, STAGES, TILES, NC)),
+                (_consumer_worker, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty,
+                                    xbar, flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
+                                    HAS_GMAX, STAGES, TILES, NC)),
+                (_producer, (a, data_smem, scale_smem, ready, empty, PAGE_SIZE, STAGES,
+                             TILES)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )  # fmt: skip

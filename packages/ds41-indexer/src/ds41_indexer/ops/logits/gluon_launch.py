@@ -23,6 +23,13 @@ from ds41_cache.paged import PagedCache
 
 from .triton_kernels import MAX_GRID_Y, TILE, paged_logits_triton
 
+# Program shapes by grid size (rows x spans of GLUON_SPAN tiles), measured on the H200
+# (BENCHMARKS.md, issue 12, seventh round): up to GLUON_SPLIT_PROGRAMS programs, two consumer
+# warpgroups split a program's tiles (one row of 128K entries: 14.7 us against 18.5); from
+# GLUON_WIDE_PROGRAMS, a program takes two spans (-3 to -4% at 64 x 32K .. 256 x 1M)
+GLUON_SPLIT_PROGRAMS = 256
+GLUON_WIDE_PROGRAMS = 2048
+
 
 @functools.cache
 def _gluon_importable() -> bool:
@@ -96,6 +103,19 @@ def paged_logits_gpu(
     )  # fmt: skip
 
 
+def gluon_config(rows: int, spans: int) -> tuple[int, int]:
+    """(consumer warpgroups, tiles) of a Gluon program for a call of `rows` rows of `spans`
+    spans (GLUON_SPAN tiles each): few programs (one row) take two consumer warpgroups each,
+    many programs take two spans each (one done flag per span). A pure function of the shape
+    (tested on the CPU); the logits are the same bits whichever shape runs."""
+    programs = rows * spans
+    if programs <= GLUON_SPLIT_PROGRAMS:
+        return 2, TILE[1]
+    if programs >= GLUON_WIDE_PROGRAMS:
+        return 1, 2 * TILE[1]
+    return 1, TILE[1]
+
+
 def launch_gluon_logits(
     q: torch.Tensor,
     weights: torch.Tensor,
@@ -109,10 +129,12 @@ def launch_gluon_logits(
     *,
     entry_base: int = 0,
     gmax: torch.Tensor | None = None,
+    config: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """Score every span of `out` (as `paged_logits_triton`) on the Gluon kernel's fast path;
     returns `done` int8 [T, spans]: 1 where that was the right path (the span's logits and group
-    maxima are final), 0 where the Triton kernel must score the span again."""
+    maxima are final), 0 where the Triton kernel must score the span again. `config`
+    (consumers 1 or 2, tiles 16 or 32) overrides `gluon_config` (the tests run every one)."""
     from . import gluon_kernels as gk
 
     t, hi, _di = q.shape
@@ -124,8 +146,11 @@ def launch_gluon_logits(
     done = torch.empty((t, max(spans, 1)), dtype=torch.int8, device=q.device)
     if t == 0 or n == 0:
         return done
+    consumers, prog_tiles = config if config is not None else gluon_config(t, spans)
+    if consumers not in (1, 2) or prog_tiles not in (span // block_n, 2 * span // block_n):
+        raise ValueError(f"config must be (1 or 2, {tiles} or {2 * tiles}), got {config}")
     cand = candidates if candidates is not None else out
-    grid = (t, spans)
+    grid = (t, -(-n // (block_n * prog_tiles)))
     gk._gluon_logits_kernel[grid](
         q, weights, cache.storage, block_table, req_idx, pos,
         cand.view(torch.uint8) if candidates is not None else req_idx,
@@ -137,10 +162,11 @@ def launch_gluon_logits(
         cache.num_pages, cache.page_stride,
         cand.stride(0) if candidates is not None else 0,
         candidates.shape[1] if candidates is not None else 0,
-        out.stride(0), gmax.stride(0) if gmax is not None else 0, done.stride(0),
+        out.stride(0), gmax.stride(0) if gmax is not None else 0, done.stride(0), spans,
         HI=hi, HI_PAD=max(16, 1 << (hi - 1).bit_length()), PAGE_SIZE=cache.page_size,
         HAS_CAND=candidates is not None, OUT_BF16=out.dtype == torch.bfloat16,
-        HAS_GMAX=gmax is not None, STAGES=gk.GLUON_STAGES, TILES=tiles,
+        HAS_GMAX=gmax is not None, STAGES=gk.GLUON_STAGES, TILES=prog_tiles, NC=consumers,
+        CONSUMER_REGS=gk.GLUON_CONSUMER_REGS,
         num_warps=gk.GLUON_NUM_WARPS, maxnreg=gk.GLUON_MAXNREG,
     )  # fmt: skip
     return done
