@@ -66,7 +66,7 @@ def residual_rmsnorm_kernel(
     if MARK:
         # not (|x| < inf) holds for inf and NaN alike
         bad = tl.max(tl.where(ok & ~(tl.abs(x) < float("inf")), 1, 0), axis=0)
-        first = tl.load(first_ptr + row)
+        first = tl.load(first_ptr + row)  # -1: rowwise.naive.UNMARKED
         tl.store(first_ptr + row, tl.where((bad > 0) & (first == -1), stage, first))
     if NORM:
         y = _rms_scaled(x, w_ptr, cols, ok, D, eps)
