@@ -10,6 +10,7 @@ from ds41_runner.ops.sampling import gumbel_noise, sample, uniform_noise
 from ds41_runner.ops.vocab import (
     RowSampling,
     combine_partials,
+    combine_rows,
     pick,
     segment_partials,
     vocab_segments,
@@ -183,3 +184,83 @@ def test_triton_partials(device: str) -> None:
     )
     lp = log_softmax(x.to(device), backend="triton").cpu()
     assert torch.allclose(lp.double(), torch.log_softmax(x.double(), -1), rtol=0, atol=2e-5)
+
+
+def _partials(s: int, nseg: int, seed: int) -> torch.Tensor:
+    """Partials as `segment_partials` makes them (sums of exp >= 1, exact integer ids), with
+    the cases a row can bring: far-apart segment maxima, tied best scores in two segments
+    (the lower wins), an all -inf score row, a NaN score (torch.argmax takes it)."""
+    g = torch.Generator().manual_seed(seed)
+    seg = 128
+    p = torch.zeros(s, nseg, 6)
+    p[..., 0] = torch.randn(s, nseg, generator=g) * 6
+    p[..., 1] = 1 + torch.rand(s, nseg, generator=g) * (seg - 1)
+    p[..., 2] = torch.randn(s, nseg, generator=g) * 3
+    p[..., 3] = (torch.arange(nseg) * seg)[None, :] + torch.randint(0, seg, (s, nseg), generator=g)
+    p[..., 4] = torch.randn(s, nseg, generator=g) * 5
+    p[..., 5] = torch.randn(s, nseg, generator=g) * 5
+    if s > 3 and nseg > 2:
+        p[0, 1:, 0] -= 90.0  # the other segments' exp underflows to 0
+        p[1, nseg - 1, 2] = p[1, 0, 2] = p[1, :, 2].max() + 1  # a tie: segment 0 wins
+        p[2, :, 2] = float("-inf")  # no finite score: segment 0's id
+        p[3, nseg // 2, 2] = float("nan")
+    # The last rows shifted so that lse ~ 0: its ulp is then far below one ulp of the segment
+    # sum, so a sum in another order shows in the bits.
+    lse = combine_partials(p, seg)[0]
+    p[-2:, :, 0] -= lse[-2:] - 1e-3
+    return p
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("nseg", [1, 2, 32, 64])
+def test_triton_combine_is_the_torch_combine(device: str, nseg: int) -> None:
+    """`combine_rows` on the Triton backend (one launch; the interpreter here, the GPU in
+    `gpu`) == the torch path's `combine_partials` + targets, bitwise in every field; a row
+    alone == the row in the batch; `pick` gives the torch path's bits from the same
+    partials, with and without filters."""
+    s, seg = 6, 128
+    parts = _partials(s, nseg, seed=nseg)
+    targets = torch.tensor([-1, 5, -1, nseg * seg - 1, 0, -1])
+    ref = combine_rows(parts, seg, targets, backend="torch")
+    got = combine_rows(parts.to(device), seg, targets.to(device), backend="triton")
+    for name in ("lse", "new", "logit", "target_logit", "chosen", "logprob"):
+        a, b = getattr(got, name).cpu(), getattr(ref, name)
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
+                           b.view(torch.int32) if b.is_floating_point() else b), name  # fmt: skip
+    if nseg > 2:
+        assert got.new[1].item() == parts[1, 0, 3].item()  # the tie: the lower segment
+        assert got.new[2].item() == parts[2, 0, 3].item()  # all -inf: the first segment
+        assert got.new[3].item() == parts[3, nseg // 2, 3].item()  # NaN wins, as torch.argmax
+    # Without targets: chosen is the token and its logit's log-prob.
+    plain = combine_rows(parts.to(device), seg, None, backend="triton")
+    assert plain.target_logit is None and torch.equal(plain.chosen, plain.new)
+    assert torch.equal(plain.logprob.cpu(), ref.logit - ref.lse[:, 0])
+    for i in range(s):
+        one = combine_rows(parts[i : i + 1].to(device), seg, targets[i : i + 1].to(device),
+                           backend="triton")  # fmt: skip
+        assert torch.equal(
+            one.logprob.cpu().view(torch.int32), ref.logprob[i : i + 1].view(torch.int32)
+        )
+
+
+@pytest.mark.interpreter
+def test_triton_pick_keeps_the_torch_bits_from_the_same_partials(device: str) -> None:
+    """pick on the Triton backend with the torch path's partials handed in (the gather
+    hook): tokens and log-probs equal the torch backend's, and filters leave the unfiltered
+    rows' bits alone."""
+    x = _logits(6, V, seed=8)
+    base = _sampling(6)
+    top_k = torch.tensor([3, 0, 0, 5, 0, 0])
+    rs = RowSampling(base.seeds, base.positions, base.temperature, base.targets, top_k, None)
+    parts = segment_partials(x, sampling=rs, backend="torch")
+    dev = _take(rs, lambda f: f.to(device))
+    plain = pick(x, rs, vocab=V, backend="torch")
+    for filters in (False, True):
+        want = pick(x, rs, vocab=V, backend="torch", filters=filters)
+        got = pick(x.to(device), dev, vocab=V, backend="triton", filters=filters,
+                   gather_partials=lambda p: parts.to(device))  # fmt: skip
+        assert torch.equal(got.chosen.cpu(), want.chosen)
+        assert torch.equal(got.logprob.cpu().view(torch.int32), want.logprob.view(torch.int32))
+        unfiltered = torch.tensor([True, True, True, not filters, True, True])
+        assert torch.equal(got.logprob.cpu()[unfiltered], plain.logprob[unfiltered])

@@ -1,6 +1,6 @@
 # mypy: disallow-untyped-defs=False, disallow-incomplete-defs=False, check-untyped-defs=False
 """RMSNorm (one program per row) and the vocabulary partials of log-softmax and sampling (one
-program per row and vocabulary segment): every reduction in an order that depends only on the
+program per row and vocabulary segment) and their combination per row: every reduction in an order that depends only on the
 row or segment length, never on the number of rows."""
 
 import torch
@@ -230,3 +230,87 @@ def launch_vocab_partials(x: torch.Tensor, v0: int, seg: int, sampling) -> torch
         BLOCK=block, TILES=triton.cdiv(seg, block), SAMPLE=sample, TARGETS=targets,
     )  # fmt: skip
     return out
+
+
+@triton.jit
+def vocab_combine_kernel(
+    parts_ptr,
+    tgt_ptr,
+    lse_ptr,
+    new_ptr,
+    logit_ptr,
+    tlogit_ptr,
+    chosen_ptr,
+    logprob_ptr,
+    seg_len,
+    NSEG: tl.constexpr,
+    LOG2_NSEG: tl.constexpr,
+    TARGETS: tl.constexpr,
+):
+    # One program per row: ops.vocab.combine_partials's operations in its order (float64
+    # exp / log rounded to fp32, the segment sum in row_sum's pairwise order), then the
+    # target's logit and the chosen token's log-prob (ops.vocab.pick without filters).
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, NSEG)
+    base = parts_ptr + row * (NSEG * 6)
+    m = tl.load(base + j * 6)
+    big = tl.max(m, axis=0)
+    scale = tl.exp((m - big).to(tl.float64)).to(tl.float32)
+    part = tl.load(base + j * 6 + 1) * scale
+    # row_sum: the second half added to the first until one element is left.
+    for _ in tl.static_range(LOG2_NSEG):
+        part = tl.sum(tl.reshape(part, (2, part.shape[0] // 2)), axis=0)
+    total = tl.sum(part, axis=0)
+    lse = big + tl.log(total.to(tl.float64)).to(tl.float32)
+    # torch.argmax: a NaN wins (the first one); else the first of the largest scores.
+    score = tl.load(base + j * 6 + 2)
+    nan = score != score
+    first_nan = tl.min(tl.where(nan, j, NSEG), axis=0)
+    top = tl.max(tl.where(nan, float("-inf"), score), axis=0)
+    first_top = tl.min(tl.where(score == top, j, NSEG), axis=0)
+    best = tl.where(first_nan < NSEG, first_nan, first_top)
+    token = tl.load(base + best * 6 + 3).to(tl.int64)
+    logit = tl.load(base + best * 6 + 4)
+    tl.store(lse_ptr + row, lse)
+    tl.store(new_ptr + row, token)
+    tl.store(logit_ptr + row, logit)
+    chosen = token
+    if TARGETS:
+        tgt = tl.load(tgt_ptr + row)
+        which = tl.minimum(tl.maximum(tgt, 0) // seg_len, NSEG - 1)
+        tlogit = tl.load(base + which * 6 + 5)
+        tl.store(tlogit_ptr + row, tlogit)
+        scored = tgt >= 0
+        chosen = tl.where(scored, tgt, token)
+        logit = tl.where(scored, tlogit, logit)
+    tl.store(chosen_ptr + row, chosen)
+    tl.store(logprob_ptr + row, logit - lse)
+
+
+def launch_vocab_combine(
+    parts: torch.Tensor, seg: int, targets: torch.Tensor | None
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor
+]:
+    """`parts: f32 [S, nseg, 6]` (nseg a power of two), the segment length and the targets
+    (int64 `[S]` or None) -> (lse f32 `[S, 1]`, new int64 `[S]`, its logit f32 `[S]`, the
+    target's logit f32 `[S]` (None without targets), chosen int64 `[S]`, its log-prob f32
+    `[S]`)."""
+    s, nseg, _ = parts.shape
+    if nseg & (nseg - 1):
+        raise ValueError(f"parts must hold a power-of-two number of segments, got {nseg}")
+    parts = parts.contiguous()
+    dev = parts.device
+    lse = torch.empty((s, 1), dtype=torch.float32, device=dev)
+    new = torch.empty((s,), dtype=torch.int64, device=dev)
+    logit = torch.empty((s,), dtype=torch.float32, device=dev)
+    tlogit = torch.empty((s,), dtype=torch.float32, device=dev) if targets is not None else None
+    chosen = torch.empty((s,), dtype=torch.int64, device=dev)
+    logprob = torch.empty((s,), dtype=torch.float32, device=dev)
+    if s:
+        vocab_combine_kernel[(s,)](
+            parts, targets if targets is not None else new, lse, new, logit,
+            tlogit if tlogit is not None else logit, chosen, logprob, seg,
+            NSEG=nseg, LOG2_NSEG=nseg.bit_length() - 1, TARGETS=targets is not None, num_warps=1,
+        )  # fmt: skip
+    return lse, new, logit, tlogit, chosen, logprob
