@@ -1,7 +1,8 @@
 # mypy: disallow-untyped-defs=False, disallow-incomplete-defs=False, check-untyped-defs=False
-"""RMSNorm (one program per row) and the vocabulary partials of log-softmax and sampling (one
-program per row and vocabulary segment) and their combination per row: every reduction in an order that depends only on the
-row or segment length, never on the number of rows."""
+"""RMSNorm (one program per row), the vocabulary partials of log-softmax and sampling (one
+program per row and vocabulary segment) and their combination (one program per row): every
+reduction in an order that depends only on the row or segment length, never on the number of
+rows."""
 
 import torch
 import triton
