@@ -249,7 +249,8 @@ def vocab_combine_kernel(
     TARGETS: tl.constexpr,
 ):
     # One program per row: ops.vocab.combine_partials's operations in its order (float64
-    # exp / log rounded to fp32, the segment sum in row_sum's pairwise order), then the
+    # exp / log rounded to fp32, the segment sum in row_sum's pairwise order; launched without
+    # FMA contraction, which fused `sumexp * scale` into the first addition), then the
     # target's logit and the chosen token's log-prob (ops.vocab.pick without filters).
     row = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, NSEG)
@@ -313,5 +314,6 @@ def launch_vocab_combine(
             parts, targets if targets is not None else new, lse, new, logit,
             tlogit if tlogit is not None else logit, chosen, logprob, seg,
             NSEG=nseg, LOG2_NSEG=nseg.bit_length() - 1, TARGETS=targets is not None, num_warps=1,
+            enable_fp_fusion=False,
         )  # fmt: skip
     return lse, new, logit, tlogit, chosen, logprob
