@@ -36,8 +36,8 @@ class LayerWeights:
     w3: torch.Tensor  # [mlp_hidden, hidden]
     w2: torch.Tensor  # [hidden, mlp_hidden]
     # kv sources (ratio > 0): compressor and index-key projections
-    wkv_c: torch.Tensor | None = None  # [D, hidden]
-    wgate_c: torch.Tensor | None = None  # [D, hidden] (ratio 2 only)
+    wkv_c: torch.Tensor | None = None  # f32 [D, hidden] (bf16 values)
+    wgate_c: torch.Tensor | None = None  # f32 [D, hidden] (bf16 values; ratio 2 only)
     c_norm: torch.Tensor | None = None  # [D]
     wk_idx: torch.Tensor | None = None  # [Di, D]
     k_norm: torch.Tensor | None = None  # [Di]
@@ -131,9 +131,11 @@ def _layer(cfg: ModelConfig, p: LayerPlan, g: _Init, hd: int, resid: float) -> L
         w2=g.linear(cfg.hidden, cfg.mlp_hidden, extra=resid),
     )
     if p.is_kv_source:
-        lw.wkv_c = g.linear(d, cfg.hidden)
+        # The compressor's projections run in fp32 (`fp32=True`): held in fp32 once here
+        # (exact: bf16 values) instead of converted in every step.
+        lw.wkv_c = g.linear(d, cfg.hidden).float()
         if p.ratio == 2:
-            lw.wgate_c = g.linear(d, cfg.hidden)
+            lw.wgate_c = g.linear(d, cfg.hidden).float()
         lw.c_norm = g.norm(d)
         lw.wk_idx = g.linear(cfg.index_head_dim, d)
         lw.k_norm = g.norm(cfg.index_head_dim)
