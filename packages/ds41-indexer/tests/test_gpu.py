@@ -94,6 +94,17 @@ def test_gpu_million_entry_rows() -> None:
     assert torch.equal(one, got[1:2])
 
 
+def test_gpu_visible_counts_equal_torch() -> None:
+    """The fused call's n(p) kernel (one launch) == `visible_entries` on the GPU, bitwise."""
+    from test_paged_topk import visible_cases
+
+    from ds41_indexer.ops.topk.triton_kernels import visible_counts
+
+    for req, pos, ratio in visible_cases():
+        got = visible_counts(req.to(CUDA), pos.to(CUDA), ratio, empty)
+        assert torch.equal(got.cpu(), visible_entries(req, pos, ratio))
+
+
 def test_gpu_cuda_graph_replay_equals_eager() -> None:
     sc, q, w, req, pos = flash_setup("mxfp4", 5)
     args = (q, w, sc.cache, sc.block_table, req, pos, 1)

@@ -98,6 +98,35 @@ def test_candidates_fewer_than_k_finite(backend: str) -> None:
     assert len([e for e in row if e >= 0]) == 16
 
 
+def visible_cases() -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """(req_idx, pos, ratio): padding rows, pos -1 and below, pos at the int32 edge, several
+    ratios, and row counts across the kernel's block sizes (one and several programs)."""
+    g = torch.Generator().manual_seed(11)
+    cases = []
+    edge = [0, -1, -2, -7, 1, 2, 3, 126, 127, 128, 2**31 - 1, 2**31 - 2, -(2**31)]
+    for t, ratio in ((len(edge), 1), (len(edge), 4), (1, 128), (33, 3), (1500, 4), (2049, 1)):
+        pos = torch.randint(-300, 1 << 21, (t,), generator=g, dtype=torch.int32)
+        if t == len(edge):
+            pos = torch.tensor(edge, dtype=torch.int32)
+        req = torch.randint(-2, 5, (t,), generator=g, dtype=torch.int32)
+        cases.append((req, pos, ratio))
+    return cases
+
+
+@pytest.mark.interpreter
+def test_visible_counts_kernel_equals_torch() -> None:
+    """The fused call's n(p) kernel == `visible_entries` (the torch expression) exactly."""
+    from ds41_cache.outputs import empty
+    from ds41_cache.testing import triton_device
+    from ds41_indexer.ops.topk.triton_kernels import visible_counts
+
+    dev = triton_device()
+    for req, pos, ratio in visible_cases():
+        got = visible_counts(req.to(dev), pos.to(dev), ratio, empty)
+        assert got.dtype == torch.int32
+        assert torch.equal(got.cpu(), visible_entries(req, pos, ratio))
+
+
 @pytest.mark.interpreter
 def test_long_row_segments() -> None:
     """A row longer than a segment: selection over segments equals the unfused selection."""

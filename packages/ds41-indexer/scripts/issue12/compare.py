@@ -2,7 +2,9 @@
 copy under another name) and `ds41_indexer` on the same sizes, caches and CUDA-graph timing.
 `--sizes 4096:1,32768:64` picks (context, rows) pairs instead of the contexts x rows grid;
 `--floor` first times CUDA-graph replays of one and of two empty Triton kernels (what any
-one- or two-launch stage costs at least under this timing)."""
+one- or two-launch stage costs at least under this timing). `--launch-hidden` times every replay
+behind a GPU busy wait (`ds41_indexer.bench.LAUNCH_HIDDEN`), for both packages: the old package's
+`_time` is replaced by this package's, so both always share one timing."""
 
 from __future__ import annotations
 
@@ -51,7 +53,10 @@ def main() -> None:
     ap.add_argument("--sizes", default=None, help="context:rows pairs, comma-separated")
     ap.add_argument("--skip-old", action="store_true")
     ap.add_argument("--floor", action="store_true")
+    ap.add_argument("--launch-hidden", action="store_true")
     a = ap.parse_args()
+    new_bench.LAUNCH_HIDDEN = a.launch_hidden
+    old_bench._time = new_bench._time
     dev = torch.device("cuda")
     rows = tuple(int(v) for v in a.rows.split(","))
     if a.sizes:
@@ -59,7 +64,12 @@ def main() -> None:
         plan = [(c, (r,)) for c, r in pairs]
     else:
         plan = [(int(c), rows) for c in a.contexts.split(",")]
-    out: dict[str, object] = {"device": torch.cuda.get_device_name(), "old": [], "new": []}
+    out: dict[str, object] = {
+        "device": torch.cuda.get_device_name(),
+        "launch_hidden": a.launch_hidden,
+        "old": [],
+        "new": [],
+    }
     if a.floor:
         out["floor"] = launch_floor(max(a.iters, 20))
         print("graph replay floor (ms):", out["floor"], flush=True)

@@ -57,9 +57,9 @@ def paged_index_topk(
     check_positive_int(k, "k")
     t = q.shape[0]
     n_total = block_table.shape[1] * key_cache.page_size
-    n_vis = visible_entries(req_idx, pos, ratio)
     which = resolve_backend(backend, q.device)
     if which == "torch":
+        n_vis = visible_entries(req_idx, pos, ratio)
         seg = SEGMENT_TORCH if segment is None else segment
         # Entries no row can see are never chosen: stop at the largest n(p) (a host read).
         n_used = min(n_total, int(n_vis.max())) if t else 0
@@ -92,6 +92,7 @@ def paged_index_topk(
     out = empty((t, k), torch.int32, q.device)
     if t == 0:
         return out
+    n_vis = tk.visible_counts(req_idx, pos, ratio, empty)
     k_pad = tk.k_pad_of(k)
     ch = tk.default_chunk(k_pad) if chunk is None else chunk
     tk.check_chunk(ch, k_pad)

@@ -148,9 +148,45 @@ def _select_row_kernel(
     )
 
 
+@triton.jit
+def _visible_kernel(req_ptr, pos_ptr, out_ptr, t, ratio, BLOCK: tl.constexpr):
+    """n(p) = floor((p + 1) / ratio) of each row, 0 for padding rows (req_idx < 0), as int32:
+    `visible_entries` (the torch reference) exactly. int64 arithmetic; the floor of a negative
+    quotient is taken with non-negative operands only, where C's and Python's `//` agree."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < t
+    req = tl.load(req_ptr + offs, mask=m, other=-1)
+    num = tl.load(pos_ptr + offs, mask=m, other=0).to(tl.int64) + 1
+    r = tl.zeros((), tl.int64) + ratio
+    n = tl.where(num >= 0, num // r, -((r - 1 - num) // r))
+    n = tl.where(req >= 0, n, 0)
+    tl.store(out_ptr + offs, n.to(tl.int32), mask=m)
+
+
 # ----------------------------------------------------------------------------- host side
 
 EmptyFn = Callable[[Sequence[int], torch.dtype, torch.device], torch.Tensor]
+
+
+def visible_counts(
+    req_idx: torch.Tensor, pos: torch.Tensor, ratio: int, empty: EmptyFn
+) -> torch.Tensor:
+    """int32 [T]: `visible_entries(req_idx, pos, ratio)` in one launch (the torch expression
+    is seven elementwise kernels, each a node of a captured graph)."""
+    t = req_idx.shape[0]
+    out = empty((t,), torch.int32, req_idx.device)
+    if t:
+        block = min(1024, max(32, int(triton.next_power_of_2(t))))
+        _visible_kernel[(triton.cdiv(t, block),)](
+            req_idx.contiguous(),
+            pos.contiguous(),
+            out,
+            t,
+            ratio,
+            BLOCK=block,
+            num_warps=1 if block <= 128 else 4,
+        )
+    return out
 
 
 def k_pad_of(k: int) -> int:
