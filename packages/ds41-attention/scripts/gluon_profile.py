@@ -73,6 +73,7 @@ PROD_SPECS: dict[str, dict[str, int]] = {
     "nraw3": {"NRAW": 3},  # raw ring of 3 tiles: gathers issued a tile earlier (needs 226 KB
     # of shared memory with MXFP8 / NVFP4 records; bf16 records do not fit)
     "p120": {"PRODUCER_REGS": 120},  # consumer 0 gets 216 registers
+    "c1sub16": {"C1_SUB": 16},  # consumer 1 decodes 16 keys per step (spills; 8 in production)
 }
 TMP = tempfile.mkdtemp(prefix="gluon_lab_")
 
