@@ -73,7 +73,6 @@ BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
 NRAW = gl.constexpr(GLUON_RAW_STAGES)
 SUB = gl.constexpr(32)  # keys decoded per step: 32 measured 3-5% faster than 16 (more independent
 # work per step for the producer's one warp per scheduler; no spills, H200 attention_s7_call2)
-C1_SUB = gl.constexpr(8)  # keys per decode step of consumer 1: 16 spill beside its accumulator
 C1_REGS = gl.constexpr(168)
 PRODUCER_REGS = gl.constexpr(136)
 
@@ -223,8 +222,8 @@ def _e2m1_bf16(b):
 
 
 @gluon.jit
-def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr, NK: gl.constexpr):
-    """bf16 [NK, 256]: keys [k0, k0 + NK) of the tile, channels [256 C, 256 C + 256), from
+def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr):
+    """bf16 [SUB, 256]: keys [k0, k0 + SUB) of the tile, channels [256 C, 256 C + 256), from
     the raw ring; exact (SPEC section 4). Invalid keys were zero-filled by their masked
     copies (data and scale bytes), so they decode to zeros."""
     lay: gl.constexpr = _dec_layout()
@@ -232,44 +231,31 @@ def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr, NK: gl.constex
     NB: gl.constexpr = raw.shape[0] * raw.shape[1] * 4  # bytes of the ring slot
     if FMT == 0:
         l3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 8, 2], [4, 1, 1], [2, 1, 0])
-        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(k0, NK)
+        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(k0, SUB)
         sb = sv.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3)).to(gl.int16)
         s16 = gl.where(sb == 0, 0x40, sb << 7).to(gl.bfloat16, bitcast=True)
-        s3 = gl.expand_dims(s16, 2).broadcast_to([NK, 8, 32])
-        scp = gl.convert_layout(gl.reshape(s3, [NK, 256]), lay, assert_trivial=True)
-        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(k0, NK).load(lay)
+        s3 = gl.expand_dims(s16, 2).broadcast_to([SUB, 8, 32])
+        scp = gl.convert_layout(gl.reshape(s3, [SUB, 256]), lay, assert_trivial=True)
+        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(k0, SUB).load(lay)
         x = _e4m3_bf16(b) * scp
     elif FMT == 1:
         l3b: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 16, 1], [4, 1, 1], [2, 1, 0])
-        sv1 = scl.slice(k0, NK).slice(C * 16, 16, dim=1)
+        sv1 = scl.slice(k0, SUB).slice(C * 16, 16, dim=1)
         sb1 = sv1.load(gl.SliceLayout(2, l3b))
         s1 = sb1.to(gl.float8e4nv, bitcast=True).to(gl.float32).to(gl.bfloat16)
-        s3b = gl.expand_dims(s1, 2).broadcast_to([NK, 16, 16])
-        scp1 = gl.convert_layout(gl.reshape(s3b, [NK, 256]), lay, assert_trivial=True)
+        s3b = gl.expand_dims(s1, 2).broadcast_to([SUB, 16, 16])
+        scp1 = gl.convert_layout(gl.reshape(s3b, [SUB, 256]), lay, assert_trivial=True)
         lb: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-        b1 = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(k0, NK).load(lb)
+        b1 = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(k0, SUB).load(lb)
         lo4, hi4 = _e2m1_bf16(b1)
         # groups of 8 channels: elements 0..3 from lo4, 4..7 from hi4 (each thread keeps its
         # registers: the result is the decode layout without data movement)
-        j = gl.join(gl.reshape(lo4, [NK, 32, 4]), gl.reshape(hi4, [NK, 32, 4]))
-        f = gl.reshape(gl.permute(j, [0, 1, 3, 2]), [NK, 256])
+        j = gl.join(gl.reshape(lo4, [SUB, 32, 4]), gl.reshape(hi4, [SUB, 32, 4]))
+        f = gl.reshape(gl.permute(j, [0, 1, 3, 2]), [SUB, 256])
         x = gl.convert_layout(f, lay, assert_trivial=True) * scp1
     else:
-        x = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(k0, NK).load(lay)
+        x = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(k0, SUB).load(lay)
     return x
-
-
-@gluon.jit
-def _decode_half(raw_smem, scl_smem, rs, k_dst, g, n_w, W_FMT: gl.constexpr, C_FMT: gl.constexpr,
-                 C: gl.constexpr, NK: gl.constexpr):  # fmt: skip
-    """Decode channels [256 C, 256 C + 256) of the row's tile g from ring slot rs into the K
-    tile `k_dst` (bf16 [BLOCK_N, 256], NVMMA-swizzled), NK keys per step."""
-    for k0 in gl.static_range(0, BLOCK_N, NK):
-        if C_FMT == 3 or g < n_w:
-            x = _decode_sub(raw_smem.index(rs * 2 + C), scl_smem.index(rs), k0, W_FMT, C, NK)
-        else:
-            x = _decode_sub(raw_smem.index(rs * 2 + C), scl_smem.index(rs), k0, C_FMT, C, NK)
-        k_dst.slice(k0, NK).store(x)
 
 
 @gluon.jit
@@ -353,7 +339,6 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     t = gl.program_id(0).to(gl.int64)
     hb = gl.program_id(1)
     row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    RB: gl.constexpr = 2 + 2 * KS + 5
     swa_len, n_w, comp_len, lo, n, end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
                                                       num_splits, HAS_COMP, SPLIT)  # fmt: skip
     swa_row = swa_ptr + t * stride_swa_t
@@ -389,19 +374,20 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         rs = i % NRAW
         async_copy.wait_group(NRAW - 1)
         gl.thread_barrier()
-        # the records of tile i are in ring slot rs: consumer 1 may decode its half of D
-        mbarrier.arrive(bars.index(RB + rs), count=1)
         ok_i = meta_smem.index(rs).load(row_l) != 0
         # both consumers finished tile i - KS, the last reader of this stage
         mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
-        _decode_half(raw_smem, scl_smem, rs, k_smem.index(ks * 2), lo + i, n_w, W_FMT, C_FMT,
-                     0, SUB)  # fmt: skip
+        for h in gl.static_range(2):
+            for k0 in gl.static_range(0, BLOCK_N, SUB):
+                if C_FMT == 3 or lo + i < n_w:
+                    x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, W_FMT, h)
+                else:
+                    x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, C_FMT, h)
+                k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
         kval_smem.index(ks).store(ok_i.to(gl.int32))
         fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(bars.index(1 + ks), count=1)
-        # consumer 1 finished reading ring slot rs before the next copies overwrite it
-        mbarrier.wait(bars.index(RB + NRAW + rs), (i // NRAW) & 1)
         _fetch(i + NRAW, lo + i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
                w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
                C_FMT)  # fmt: skip
@@ -559,25 +545,6 @@ def _store_part(acc, part_o_ptr, t, H, hb, num_splits, C: gl.constexpr, mma_o: g
 
 
 @gluon.jit
-def _c1_decode(i, lo, n_w, raw_smem, scl_smem, k_smem, bars, W_FMT: gl.constexpr,
-               C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
-    """Consumer 1's share of the decode: channels [256, 512) of the program's tile i, from ring
-    slot i % NRAW (once the producer says its records arrived) into K stage i % KS (once both
-    consumers released it); then the stage's fill and the slot's release."""
-    RB: gl.constexpr = 2 + 2 * KS + 5
-    ks = i % KS
-    rs = i % NRAW
-    mbarrier.wait(bars.index(RB + rs), (i // NRAW) & 1)
-    mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
-    _decode_half(raw_smem, scl_smem, rs, k_smem.index(ks * 2 + 1), lo + i, n_w, W_FMT, C_FMT, 1,
-                 C1_SUB)  # fmt: skip
-    fence_async_shared()
-    gl.thread_barrier()
-    mbarrier.arrive(bars.index(1 + ks), count=1)
-    mbarrier.arrive(bars.index(RB + NRAW + rs), count=1)
-
-
-@gluon.jit
 def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
                bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
                SPLIT: gl.constexpr):  # fmt: skip
@@ -621,21 +588,13 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
     )
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
-    _swa_len, n_w, _comp_len, lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
-                                                        num_splits, HAS_COMP, SPLIT)  # fmt: skip
+    _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
+                                                          num_splits, HAS_COMP, SPLIT)  # fmt: skip
     PF: gl.constexpr = 2 + 2 * KS
     acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
-    # the decode runs KS - 1 tiles ahead of this consumer's products (the stage of tile j - 1,
-    # released before tile j's product, is the one it fills), so consumer 0's wait for a full
-    # K stage does not depend on this consumer's last product
-    for r in gl.static_range(KS - 1):
-        if r < n:
-            _c1_decode(r, lo, n_w, raw_smem, scl_smem, k_smem, bars, W_FMT, C_FMT, KS)
     for j in range(0, n):
         js = j % KS
         ps = j % 2
-        if j + KS - 1 < n:
-            _c1_decode(j + KS - 1, lo, n_w, raw_smem, scl_smem, k_smem, bars, W_FMT, C_FMT, KS)
         mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
         alpha = x_smem.index(ps).load(row_o)
         tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1), acc * alpha[:, None],
@@ -678,17 +637,15 @@ def _gluon_sparse_attn_kernel(
     kval_smem = gl.allocate_shared_memory(gl.int32, [KS, BLOCK_N], plain1)
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, BLOCK_N], p_lay)
     x_smem = gl.allocate_shared_memory(gl.float32, [3, BLOCK_H], plain1)
-    # barriers: 0 Q stored; 1 + s K stage s filled (2 arrivals: producer and consumer 1, one
-    # half of D each); 1 + KS + s stage s released (2 arrivals); PF + b P buffer b filled;
-    # PF + 2 + b P buffer b consumed; PF + 4 denominator stored; RB + r ring slot r's records
-    # arrived; RB + NRAW + r ring slot r read by consumer 1
+    # barriers: 0 Q stored; 1 + s K stage s filled; 1 + KS + s stage s released (2 arrivals);
+    # PF + b P buffer b filled; PF + 2 + b P buffer b consumed; PF + 4 denominator stored
     PF: gl.constexpr = 2 + 2 * KS
-    RB: gl.constexpr = PF + 5
-    bars = gl.allocate_shared_memory(gl.int64, [RB + 2 * NRAW, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(bars.index(0), count=1)
-    for b in gl.static_range(1, PF):
+    bars = gl.allocate_shared_memory(gl.int64, [PF + 5, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(1 + KS):
+        mbarrier.init(bars.index(b), count=1)
+    for b in gl.static_range(1 + KS, PF):
         mbarrier.init(bars.index(b), count=2)
-    for b in gl.static_range(PF, RB + 2 * NRAW):
+    for b in gl.static_range(PF, PF + 5):
         mbarrier.init(bars.index(b), count=1)
     fence_async_shared()
     gl.thread_barrier()
