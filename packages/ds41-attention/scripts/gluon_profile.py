@@ -18,8 +18,9 @@ persist, persist_gN (a grid of N programs), persist_sN (split mode, N slices; bi
 drops, as pipe_dropK). `--sweep-rows` sets the tile sweep's row counts. `--split`: the fast
 (split) path's checks (planner split at T = 1, 8, 64; with `--check ...,split` also forced
 split counts 2, 7, 32 through `check`) and its times at small T against forced split counts,
-the invariant kernel and the Triton split path. A table of kernel times (graph replay, us) is
-printed last.
+the invariant kernel and the Triton split path. `lab8_<k>[_<n>]`: the eighth session's lab
+copy `gluon_lab8.py` with LAB = k (and LABN = n), timing only for k != 0. A table of kernel
+times (graph replay, us) is printed last.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ PROD_SPECS: dict[str, dict[str, int]] = {
     # of shared memory with MXFP8 / NVFP4 records; bf16 records do not fit)
     "p120": {"PRODUCER_REGS": 120},  # consumer 0 gets 216 registers
 }
+# the eighth session's lab copy of the production kernel (`lab8_<k>[_<n>]`: LAB = k, LABN = n)
+LAB8 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab8.py")
 TMP = tempfile.mkdtemp(prefix="gluon_lab_")
 
 
@@ -433,6 +436,10 @@ def main() -> None:
                                          splits=int(m.group(2) or 1))  # fmt: skip
         elif n == "old":
             impls[n] = functools.partial(launch_prod_like, load_variant("old", a.old))
+        elif n.startswith("lab8_"):
+            k, _, nn = n[5:].partition("_")
+            consts = {"LAB": int(k)} | ({"LABN": int(nn)} if nn else {})
+            impls[n] = functools.partial(launch_prod_like, load_variant(n, LAB8, **consts))
         elif n.startswith("prod_"):
             impls[n] = functools.partial(launch_prod_like,
                                          load_variant(n, PROD, **PROD_SPECS[n[5:]]))  # fmt: skip
