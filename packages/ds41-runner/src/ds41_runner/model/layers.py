@@ -8,10 +8,10 @@ from typing import Any, Literal
 import torch
 
 from ds41_cache.paged import lookup_slots
+from ds41_cache.rope import rope_cos_sin, rope_inplace
 
 from ..ops.linear import grouped_linear, linear
 from ..ops.norm import rmsnorm
-from ..ops.rope import rope_, step_cos_sin
 from ..ops.swiglu import swiglu_gate
 from .config import LayerPlan, ModelConfig
 from .kv import KVState
@@ -39,7 +39,7 @@ class StepContext:
     def cos_sin(self, key: int, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's RoPE tables for frequency class `key` (`Runtime.freqs[key]`)."""
         if key not in self.rope_tables:
-            self.rope_tables[key] = step_cos_sin(self.pos, freqs)
+            self.rope_tables[key] = rope_cos_sin(self.pos, freqs)
         return self.rope_tables[key]
 
 
@@ -99,8 +99,8 @@ def attention_block(
     ps = kv.page_size
 
     qr = rt.norm(rt.lin(x, lw.wq_a), lw.q_norm, eps)
-    # The projection's fresh output is rotated in place (bitwise `apply_rope`, ops/rope.py).
-    q = rope_(rt.lin(qr, lw.wq_b).view(t, h, d), cos, sin, backend=rt.backend)
+    # The projection's fresh output is rotated in place (bitwise `apply_rope`).
+    q = rope_inplace(rt.lin(qr, lw.wq_b).view(t, h, d), cos, sin, backend=rt.backend)
     latent_kv = rt.norm(rt.lin(x, lw.wkv), lw.kv_norm, eps)
     insert(
         kv.window[layer], latent_kv, ctx.window_slots, positions=ctx.pos, freqs=freqs,
@@ -140,7 +140,7 @@ def attention_block(
         if topk is not None:
             ctx.capture[f"topk{layer}"] = topk
     # In place on the attention output, unless a test captured it above.
-    out = rope_(
+    out = rope_inplace(
         out if ctx.capture is None else out.clone(), cos, sin, inverse=True, backend=rt.backend
     )
     g = cfg.o_groups
