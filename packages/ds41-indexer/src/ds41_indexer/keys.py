@@ -33,6 +33,7 @@ def write_index_keys(
     key_cache: PagedCache,
     slots: torch.Tensor,
     *,
+    rope_tables: tuple[torch.Tensor, torch.Tensor] | None = None,
     backend: str = "auto",
     validate: bool = True,
 ) -> torch.Tensor:
@@ -42,6 +43,9 @@ def write_index_keys(
     the RoPE position of entry e); freqs: f32 [R/2]; slots: int32|int64 [N] cache slots of the
     entries (-1 = skip). RMSNorm -> bf16 -> RoPE -> quantize to key_cache.fmt -> write.
     `validate=False` skips the host-syncing slot checks of `ds41_cache.insert.insert`.
+    `rope_tables`: `rope_cos_sin(entries_pos, freqs)` when the caller already holds them (a
+    model step computes them once for all its layers), handed to `insert`, whose Triton kernel
+    reads them instead of computing its own; they must be exactly those tables.
     """
     check_tensor(k_proj, "k_proj", dtypes=(torch.bfloat16, torch.float32), ndim=2)
     n, di = k_proj.shape
@@ -73,6 +77,7 @@ def write_index_keys(
         slots,
         positions=entries_pos,
         freqs=freqs,
+        rope_tables=rope_tables,
         backend=backend,
         validate=validate,
     )

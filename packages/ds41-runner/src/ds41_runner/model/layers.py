@@ -209,8 +209,8 @@ def _index_topk(
     assert plan.kv_source is not None
     assert lw.wq_b_idx is not None and lw.weights_proj is not None
     qi = prepare_index_queries(
-        rt.lin(qr, lw.wq_b_idx), ctx.pos, freqs, cfg.index_heads, backend=rt.backend,
-        validate=ctx.validate,
+        rt.lin(qr, lw.wq_b_idx), ctx.pos, freqs, cfg.index_heads,
+        rope_tables=ctx.cos_sin(min(m, 1), freqs), backend=rt.backend, validate=ctx.validate,
     )  # fmt: skip
     w = head_weights(rt.lin(x, lw.weights_proj, out_dtype=torch.float32), cfg.index_head_dim)
     key_cache = kv.index_keys[plan.kv_source]
