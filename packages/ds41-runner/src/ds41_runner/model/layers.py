@@ -42,6 +42,21 @@ class StepContext:
             self.rope_tables[key] = rope_cos_sin(self.pos, freqs)
         return self.rope_tables[key]
 
+    entry_rope_tables: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    """Compress ratio -> the step's (cos, sin) f32 [T, R/2] at the compressed entries'
+    positions, computed once per step (not per kv-source layer, nor per cache written)."""
+
+    def entry_cos_sin(
+        self, ratio: int, entry_pos: torch.Tensor, freqs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE tables at `entry_pos` (int32 [T], `e * ratio` per row) for compress ratio
+        `ratio`. A row's entry (so its position) is a function of its request, its position and
+        the ratio alone (`Compressor.forward`), the same in every kv-source layer of that ratio
+        in a step, so the first layer's tables serve them all."""
+        if ratio not in self.entry_rope_tables:
+            self.entry_rope_tables[ratio] = rope_cos_sin(entry_pos, freqs)
+        return self.entry_rope_tables[ratio]
+
 
 @dataclass
 class Runtime:
@@ -178,12 +193,16 @@ def _compress(
     )  # fmt: skip
     slots = entry_slots(kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size)
     entry_pos = (entry.clamp(min=0) * m).to(torch.int32)
+    tables = ctx.entry_cos_sin(m, entry_pos, freqs)
     k_proj = rt.lin(latent, lw.wk_idx)
     write_index_keys(
         k_proj, lw.k_norm, cfg.rms_norm_eps, entry_pos, freqs, kv.index_keys[layer], slots,
-        backend=rt.backend, validate=ctx.validate,
+        rope_tables=tables, backend=rt.backend, validate=ctx.validate,
     )  # fmt: skip
-    insert(kv.comp[layer], latent, slots, positions=entry_pos, freqs=freqs, validate=ctx.validate)
+    insert(
+        kv.comp[layer], latent, slots, positions=entry_pos, freqs=freqs, rope_tables=tables,
+        validate=ctx.validate,
+    )  # fmt: skip
     if ctx.capture is not None:
         ctx.capture[f"latent{layer}"] = latent
         ctx.capture[f"emit{layer}"] = emit
