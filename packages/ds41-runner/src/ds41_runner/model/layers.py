@@ -86,10 +86,11 @@ class Runtime:
 
 def entry_slots(
     block_table: torch.Tensor, req_idx: torch.Tensor, entry: torch.Tensor, ok: torch.Tensor,
-    page_size: int,
+    page_size: int, backend: str = "auto",
 ) -> torch.Tensor:  # fmt: skip
-    """int64 slots of `entry` ([T]) where `ok` and the page exists, else -1 (no host sync)."""
-    return lookup_slots(block_table, req_idx, entry, page_size, ok)[0]
+    """int64 slots of `entry` ([T]) where `ok` and the page exists, else -1 (no host sync;
+    one launch on the Triton backend)."""
+    return lookup_slots(block_table, req_idx, entry, page_size, ok, backend=backend)[0]
 
 
 def attention_block(
@@ -191,7 +192,9 @@ def _compress(
         kv.compressors[layer], kv_c, score, ctx.req_idx, ctx.pos, lw.c_norm, cfg.rms_norm_eps,
         validate=ctx.validate,
     )  # fmt: skip
-    slots = entry_slots(kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size)
+    slots = entry_slots(
+        kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size, rt.backend
+    )
     entry_pos = (entry.clamp(min=0) * m).to(torch.int32)
     tables = ctx.entry_cos_sin(m, entry_pos, freqs)
     k_proj = rt.lin(latent, lw.wk_idx)
