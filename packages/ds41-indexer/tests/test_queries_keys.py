@@ -50,10 +50,11 @@ def _queries_case(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, 
 
 
 def _queries_reference(q_proj, pos, f, hi):  # type: ignore[no-untyped-def]
-    # the pre-`rope_tables` formula: apply_rope's copy, then MXFP4 quantize-dequantize
+    # the pre-`rope_tables` formula: apply_rope's copy, then MXFP4 quantize-dequantize, on the
+    # inputs' device (CUDA's cos / sin tables are not the CPU's)
     t = q_proj.shape[0]
     roped = apply_rope(q_proj.view(t, hi, -1), pos, f)
-    return quantize_dequantize("mxfp4", roped, backend="torch")
+    return quantize_dequantize("mxfp4", roped, backend="torch").cpu()
 
 
 def test_queries_with_rope_tables_are_bitwise_the_same() -> None:
@@ -80,8 +81,8 @@ def test_queries_with_rope_tables_are_bitwise_the_same() -> None:
 @pytest.mark.parametrize("with_tables", [False, True])
 def test_triton_queries_are_bitwise_the_reference(device: str, with_tables: bool) -> None:
     q_proj, pos, f, hi = _queries_case(5)
-    ref = _queries_reference(q_proj, pos, f, hi)
     qd, posd, fd = q_proj.to(device), pos.to(device), f.to(device)
+    ref = _queries_reference(qd, posd, fd, hi)
     kept = qd.clone()
     tables = rope_cos_sin(posd, fd) if with_tables else None
     got = prepare_index_queries(qd, posd, fd, hi, rope_tables=tables, backend="triton")
@@ -165,10 +166,12 @@ def test_write_index_keys_with_rope_tables_writes_the_same_bytes(device: str, ba
         )  # fmt: skip
         caches.append(cache.storage)
     assert torch.equal(caches[0], caches[1]) and caches[0].any()
-    # against the torch path without tables (the bytes before this change)
-    ref = PagedCache.allocate("mxfp4", di, 8, 5)
-    write_index_keys(k_proj.cpu(), wt.cpu(), 1e-6, entries_pos.cpu(), f, ref, slots.cpu())
-    assert torch.equal(caches[1].cpu(), ref.storage)
+    # against the torch path without tables on the same device (the bytes before this change)
+    ref = PagedCache.allocate("mxfp4", di, 8, 5, device=device)
+    write_index_keys(
+        k_proj, wt, 1e-6, entries_pos, f.to(device), ref, slots, backend="torch"
+    )  # fmt: skip
+    assert torch.equal(caches[1], ref.storage)
 
 
 def test_bad_input() -> None:

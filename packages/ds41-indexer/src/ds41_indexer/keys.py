@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import torch
 
+from ds41_cache.compressor import rms_norm
 from ds41_cache.paged import PagedCache
 
 from ._checks import check_index_cache, check_tensor
 
 
-def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm_rows(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, *, backend: str = "auto"
+) -> torch.Tensor:
     """x: [N, D] -> bf16 [N, D]; fp32 math with a fixed pairwise sum of squares per row.
 
     The sum of squares is a halving tree of elementwise adds (D a power of two), so a row's
-    result never depends on how many rows are normalized together.
+    result never depends on how many rows are normalized together. It is the compressor's
+    RMSNorm (`ds41_cache.compressor.rms_norm`, the same operations for a power-of-two D):
+    one Triton launch on the Triton backend, the torch reference otherwise, the same bits.
     """
-    xf = x.to(torch.float32)
-    sq = xf * xf
-    while sq.shape[1] > 1:
-        half = sq.shape[1] // 2
-        sq = sq[:, :half] + sq[:, half:]
-    inv = torch.rsqrt(sq / x.shape[1] + eps)
-    return (xf * inv * weight.to(torch.float32)).to(torch.bfloat16)
+    d = x.shape[1]
+    if d & (d - 1) or d == 0:
+        raise ValueError(f"x width must be a power of two, got {d}")
+    return rms_norm(x, weight, eps, backend=backend)
 
 
 def write_index_keys(
@@ -70,7 +72,7 @@ def write_index_keys(
             raise ValueError(f"{name} must have shape {[n]}, got {list(v.shape)}")
     from ds41_cache.insert import insert
 
-    normed = rms_norm_rows(k_proj, norm_weight, eps)
+    normed = rms_norm_rows(k_proj, norm_weight, eps, backend=backend)
     insert(
         key_cache,
         normed,

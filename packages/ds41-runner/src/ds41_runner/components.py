@@ -190,9 +190,10 @@ class CompressorImpl:
         eps: float,
         *,
         validate: bool = True,
+        backend: str = "auto",
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return compressor.forward(  # type: ignore[no-any-return]
-            kv, score, req_idx, pos, norm_weight, eps, validate=validate
+            kv, score, req_idx, pos, norm_weight, eps, validate=validate, backend=backend
         )
 
 

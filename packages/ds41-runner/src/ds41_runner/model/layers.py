@@ -190,7 +190,7 @@ def _compress(
         score = rt.lin(x, lw.wgate_c, fp32=True, out_dtype=torch.float32)
     latent, emit, entry = rt.compressor(
         kv.compressors[layer], kv_c, score, ctx.req_idx, ctx.pos, lw.c_norm, cfg.rms_norm_eps,
-        validate=ctx.validate,
+        validate=ctx.validate, backend=rt.backend,
     )  # fmt: skip
     slots = entry_slots(
         kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size, rt.backend
