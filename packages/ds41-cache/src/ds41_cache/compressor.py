@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from .backend import resolve_backend
 from .codec import require_finite
 from .outputs import empty
 
@@ -34,25 +35,39 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, *, backend: str = "auto"
+) -> torch.Tensor:
     """Row RMSNorm: `x: [T, D]` -> bf16 `[T, D]`, fp32 math.
 
     `y = bf16((x * rsqrt(ms + eps)) * w)` with `ms = s / D`, where `s` sums `x * x` over the
     channels pairwise (halves added elementwise until one column is left) in that fixed order,
     and `w = float32(weight)`. The order is a function of `D` alone, so a row's result never
     depends on the other rows or the row count.
+
+    `backend`: "auto" (Triton on CUDA tensors), "triton" or "torch". The Triton kernel
+    (`ops/norm/`, one launch) serves f32/bf16 `x` with unit column stride and a power-of-two
+    `D`, with the torch reference's bits (`ops/norm/naive.py`, tested bitwise on the GPU);
+    anything else takes the reference.
     """
-    x = x.to(torch.float32)
-    sq = x * x
-    width = sq.shape[-1]
-    while width > 1:
-        half = width // 2
-        folded = sq[:, :half] + sq[:, half : 2 * half]
-        if width % 2:
-            folded = torch.cat([folded[:, :1] + sq[:, 2 * half :], folded[:, 1:]], dim=1)
-        sq, width = folded, half
-    ms = sq[:, 0:1] / x.shape[-1]
-    return ((x * torch.rsqrt(ms + eps)) * weight.to(torch.float32)).to(torch.bfloat16)
+    from .ops.norm import naive
+
+    t, d = x.shape
+    if (
+        resolve_backend(backend, x.device) != "triton"
+        or t == 0
+        or d < 2
+        or d & (d - 1)
+        or x.dtype not in (torch.float32, torch.bfloat16)
+        or weight.dtype not in (torch.float32, torch.bfloat16)
+        or x.stride(1) != 1
+        or tuple(weight.shape) != (d,)
+    ):
+        return naive.rms_norm(x, weight, eps)
+    from .ops.norm import triton_kernels
+
+    out = empty((t, d), torch.bfloat16, x.device)
+    return triton_kernels.launch_rms_norm(x, weight.contiguous(), float(eps), out)
 
 
 def pool_pair(
@@ -154,6 +169,7 @@ class Compressor:
         eps: float,
         *,
         validate: bool = True,
+        backend: str = "auto",
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Compress one step's rows.
 
@@ -175,6 +191,7 @@ class Compressor:
         CUDA-graph capture: a req_idx outside [-1, max_requests) is then treated as padding
         (no ring write, no emit), while non-finite kv/score go into the ring and the latent
         unchecked (the caller's responsibility; `insert` then quantizes NaN as 0).
+        `backend` picks `rms_norm`'s path (the same bits on every backend).
         """
         self._check_inputs(kv, score, req_idx, pos, norm_weight, eps, validate)
         t = kv.shape[0]
@@ -191,13 +208,13 @@ class Compressor:
         ring_write: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         if self.ratio == 1:
             emits = valid
-            values = rms_norm(kv32, norm_weight, eps)
+            values = rms_norm(kv32, norm_weight, eps, backend=backend)
         else:
             assert score is not None
             emits, values, ring_write = self._forward_pairs(
                 kv32, score.to(torch.float32), req_idx, p, valid
             )
-            values = rms_norm(values.to(torch.bfloat16), norm_weight, eps)
+            values = rms_norm(values.to(torch.bfloat16), norm_weight, eps, backend=backend)
         if validate:
             require_finite(values[emits], "latent (from finite inputs: kv beyond the bf16 range?)")
         if ring_write is not None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .backend import resolve_backend
 from .formats import PAGE_ALIGN, RowLayout, row_layout
 
 
@@ -153,6 +154,8 @@ def lookup_slots(
     positions: torch.Tensor,
     page_size: int,
     needed: torch.Tensor,
+    *,
+    backend: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Slots of `positions` on the device, without host syncs (CUDA-graph safe).
 
@@ -162,15 +165,24 @@ def lookup_slots(
     where needed and the page exists, else -1; missing bool = needed but no page: a -1 entry,
     a column past the table, a negative position or a request outside [0, R)). Total: no
     input makes it index outside the table.
+
+    `backend`: "auto" (Triton on CUDA tensors), "triton" or "torch". The Triton kernel
+    (`ops/slots/`, one launch) serves 1-D positions (one slot per row); [T, N] positions take
+    the torch reference (`ops/slots/naive.py`). Both give the same values.
     """
-    pos = positions.to(torch.int64)
-    req = req_idx.to(torch.int64)
-    req = req.reshape(req.shape + (1,) * (pos.dim() - req.dim()))
-    in_table = (req >= 0) & (req < block_table.shape[0]) & (pos >= 0)
-    rows = req.clamp(0, block_table.shape[0] - 1)
-    cols = pos.clamp(min=0) // page_size
-    in_table &= cols < block_table.shape[1]
-    page = block_table[rows, cols.clamp(max=block_table.shape[1] - 1)].to(torch.int64)
-    have = needed & in_table & (page >= 0)
-    slots = torch.where(have, page * page_size + pos % page_size, torch.full_like(pos, -1))
-    return slots, needed & ~have
+    if positions.shape != needed.shape or positions.dim() not in (1, 2):
+        raise ValueError(
+            f"positions and needed must share a [T] or [T, N] shape, got {list(positions.shape)} "
+            f"and {list(needed.shape)}"
+        )
+    if req_idx.dim() != 1 or req_idx.shape[0] != positions.shape[0]:
+        raise ValueError(f"req_idx must be [{positions.shape[0]}], got {list(req_idx.shape)}")
+    if needed.dtype != torch.bool:
+        raise TypeError(f"needed must be bool, got {needed.dtype}")
+    if positions.dim() == 1 and resolve_backend(backend, positions.device) == "triton":
+        from .ops.slots import triton_kernels
+
+        return triton_kernels.lookup_slots(block_table, req_idx, positions, page_size, needed)
+    from .ops.slots import naive
+
+    return naive.lookup_slots(block_table, req_idx, positions, page_size, needed)

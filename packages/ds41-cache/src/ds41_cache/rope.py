@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .backend import resolve_backend
+
 
 @dataclass(frozen=True)
 class RopeConfig:
@@ -107,6 +109,21 @@ def rotate_pairs(
     return x0 * cos - x1 * sin, x0 * sin + x1 * cos
 
 
+def rotate_last(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse: bool = False
+) -> torch.Tensor:
+    """The last R = 2 * cos.shape[-1] channels of `x: [N, ..., D]` rotated (fp32
+    `rotate_pairs` on the `cos`, `sin`: f32 [N, R/2] tables of `rope_cos_sin`), cast back to
+    x.dtype: a new `[N, ..., R]` tensor. `apply_rope` and the in-place reference
+    (`ops/rope/naive.py`) both rotate through this, so they agree bit for bit."""
+    r = 2 * cos.shape[-1]
+    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (r // 2,)
+    c, s = cos.reshape(shape), sin.reshape(shape)
+    pairs = x[..., x.shape[-1] - r :].to(torch.float32).reshape(*x.shape[:-1], r // 2, 2)
+    y0, y1 = rotate_pairs(pairs[..., 0], pairs[..., 1], c, s, inverse)
+    return torch.stack((y0, y1), dim=-1).flatten(-2).to(x.dtype)
+
+
 def apply_rope(
     x: torch.Tensor,
     positions: torch.Tensor,
@@ -122,9 +139,52 @@ def apply_rope(
     _check(x, positions, freqs)
     r = 2 * freqs.numel()
     cos, sin = rope_cos_sin(positions, freqs)
-    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (r // 2,)
-    cos, sin = cos.reshape(shape), sin.reshape(shape)
-    pairs = x[..., x.shape[-1] - r :].to(torch.float32).reshape(*x.shape[:-1], r // 2, 2)
-    y0, y1 = rotate_pairs(pairs[..., 0], pairs[..., 1], cos, sin, inverse)
-    rotated = torch.stack((y0, y1), dim=-1).flatten(-2).to(x.dtype)
+    rotated = rotate_last(x, cos, sin, inverse)
     return torch.cat((x[..., : x.shape[-1] - r], rotated), dim=-1)
+
+
+def rope_inplace(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    *,
+    inverse: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Rotate the last R = 2 * cos.shape[-1] channels of `x: [N, ..., D]` in place and return
+    `x`; `cos`, `sin`: f32 `[N, R/2]`, the tables `rope_cos_sin(positions, freqs)` (a model
+    step computes them once for all its layers). Bitwise `apply_rope(x, positions, freqs,
+    inverse=inverse)`, without its copy of the whole tensor.
+
+    `backend`: "auto" (Triton on CUDA tensors), "triton" or "torch". The Triton kernel
+    (`ops/rope/triton_kernels.py`, one launch) serves bf16 `x` of 2 or 3 dims that it can read
+    as 4-byte words (each row and head, and the rope part, starting on a 4-byte boundary, the
+    last dim contiguous); everything else takes the torch path (`ops/rope/naive.py`).
+    """
+    r = 2 * cos.shape[-1]
+    d = x.shape[-1]
+    if cos.shape != sin.shape or cos.dim() != 2 or cos.shape[0] != x.shape[0] or r > d:
+        raise ValueError(
+            f"cos and sin must be [{x.shape[0]}, R/2] with R <= {d}, got {list(cos.shape)} "
+            f"and {list(sin.shape)}"
+        )
+    if cos.dtype != torch.float32 or sin.dtype != torch.float32:
+        raise TypeError(f"cos and sin must be float32, got {cos.dtype} and {sin.dtype}")
+    if cos.device != x.device or sin.device != x.device:
+        raise ValueError(f"cos and sin must be on x's device {x.device}, got {cos.device}")
+    from .ops.rope import naive
+
+    if (
+        resolve_backend(backend, x.device) != "triton"
+        or x.dtype != torch.bfloat16
+        or x.dim() not in (2, 3)
+        or x.numel() == 0
+    ):
+        return naive.rope_inplace(x, cos, sin, inverse)
+    from .ops.rope import triton_kernels
+
+    x3 = x if x.dim() == 3 else x.unsqueeze(1)
+    if not triton_kernels.rope_words_ok(x3, r // 2):
+        return naive.rope_inplace(x, cos, sin, inverse)
+    triton_kernels.launch_rope_inplace(x3, cos.contiguous(), sin.contiguous(), inverse)
+    return x

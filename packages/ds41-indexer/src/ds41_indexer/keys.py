@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import torch
 
+from ds41_cache.compressor import rms_norm
 from ds41_cache.paged import PagedCache
 
 from ._checks import check_index_cache, check_tensor
 
 
-def rms_norm_rows(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm_rows(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, *, backend: str = "auto"
+) -> torch.Tensor:
     """x: [N, D] -> bf16 [N, D]; fp32 math with a fixed pairwise sum of squares per row.
 
     The sum of squares is a halving tree of elementwise adds (D a power of two), so a row's
-    result never depends on how many rows are normalized together.
+    result never depends on how many rows are normalized together. It is the compressor's
+    RMSNorm (`ds41_cache.compressor.rms_norm`, the same operations for a power-of-two D):
+    one Triton launch on the Triton backend, the torch reference otherwise, the same bits.
     """
-    xf = x.to(torch.float32)
-    sq = xf * xf
-    while sq.shape[1] > 1:
-        half = sq.shape[1] // 2
-        sq = sq[:, :half] + sq[:, half:]
-    inv = torch.rsqrt(sq / x.shape[1] + eps)
-    return (xf * inv * weight.to(torch.float32)).to(torch.bfloat16)
+    d = x.shape[1]
+    if d & (d - 1) or d == 0:
+        raise ValueError(f"x width must be a power of two, got {d}")
+    return rms_norm(x, weight, eps, backend=backend)
 
 
 def write_index_keys(
@@ -33,6 +35,7 @@ def write_index_keys(
     key_cache: PagedCache,
     slots: torch.Tensor,
     *,
+    rope_tables: tuple[torch.Tensor, torch.Tensor] | None = None,
     backend: str = "auto",
     validate: bool = True,
 ) -> torch.Tensor:
@@ -42,6 +45,9 @@ def write_index_keys(
     the RoPE position of entry e); freqs: f32 [R/2]; slots: int32|int64 [N] cache slots of the
     entries (-1 = skip). RMSNorm -> bf16 -> RoPE -> quantize to key_cache.fmt -> write.
     `validate=False` skips the host-syncing slot checks of `ds41_cache.insert.insert`.
+    `rope_tables`: `rope_cos_sin(entries_pos, freqs)` when the caller already holds them (a
+    model step computes them once for all its layers), handed to `insert`, whose Triton kernel
+    reads them instead of computing its own; they must be exactly those tables.
     """
     check_tensor(k_proj, "k_proj", dtypes=(torch.bfloat16, torch.float32), ndim=2)
     n, di = k_proj.shape
@@ -66,13 +72,14 @@ def write_index_keys(
             raise ValueError(f"{name} must have shape {[n]}, got {list(v.shape)}")
     from ds41_cache.insert import insert
 
-    normed = rms_norm_rows(k_proj, norm_weight, eps)
+    normed = rms_norm_rows(k_proj, norm_weight, eps, backend=backend)
     insert(
         key_cache,
         normed,
         slots,
         positions=entries_pos,
         freqs=freqs,
+        rope_tables=rope_tables,
         backend=backend,
         validate=validate,
     )

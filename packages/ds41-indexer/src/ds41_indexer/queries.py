@@ -9,12 +9,31 @@ from __future__ import annotations
 import torch
 
 from ds41_cache.codec import quantize_dequantize
-from ds41_cache.rope import apply_rope
+from ds41_cache.rope import rope_cos_sin, rope_inplace
 
 from ._checks import check_positive_int, check_tensor
 
 QUERY_FORMAT = "mxfp4"
 """Index queries are MXFP4 quantize-dequantized after RoPE."""
+
+
+def _check_rope_tables(
+    tables: object, n: int, freqs: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`tables` = (cos, sin), each float32 [n, R/2] (R/2 = len(freqs)) on `device`."""
+    if not isinstance(tables, tuple) or len(tables) != 2:
+        raise TypeError("rope_tables must be a (cos, sin) tuple of two tensors")
+    want = [n, freqs.numel()]
+    for name, x in zip(("cos", "sin"), tables, strict=True):
+        if (
+            not isinstance(x, torch.Tensor)
+            or x.dtype != torch.float32
+            or list(x.shape) != want
+            or x.device != device
+        ):
+            got = f"{x.dtype} {list(x.shape)} on {x.device}" if isinstance(x, torch.Tensor) else x
+            raise ValueError(f"rope_tables {name} must be float32 {want} on {device}, got {got}")
+    return tables[0], tables[1]
 
 
 def prepare_index_queries(
@@ -23,6 +42,7 @@ def prepare_index_queries(
     freqs: torch.Tensor,
     n_heads: int,
     *,
+    rope_tables: tuple[torch.Tensor, torch.Tensor] | None = None,
     backend: str = "auto",
     validate: bool = True,
 ) -> torch.Tensor:
@@ -31,6 +51,12 @@ def prepare_index_queries(
     Returns bf16 [T, Hi, Di]: RoPE at `positions` on the last R channels of each head (stored
     as bf16), then MXFP4 quantize-dequantize per 32-channel block. `validate=False` skips the
     codec's finiteness check (a host sync), so the call can be captured in a CUDA graph.
+
+    The RoPE rotates a bf16 copy of `q_proj` in place (`ds41_cache.rope.rope_inplace`: one
+    launch on the Triton backend; `q_proj` itself is never written), bitwise
+    `apply_rope(q, positions, freqs)`. `rope_tables`: `rope_cos_sin(positions, freqs)` when
+    the caller already holds them (a model step computes them once for all its layers); they
+    must be exactly those tables.
     """
     check_tensor(q_proj, "q_proj", dtypes=(torch.bfloat16, torch.float32), ndim=2)
     check_positive_int(n_heads, "n_heads")
@@ -43,8 +69,12 @@ def prepare_index_queries(
     check_tensor(positions, "positions", dtypes=(torch.int32, torch.int64), ndim=1)
     if positions.shape[0] != t:
         raise ValueError(f"positions must have shape {[t]}, got {list(positions.shape)}")
-    q = q_proj.to(torch.bfloat16).view(t, n_heads, head_dim)
-    q = apply_rope(q, positions, freqs)
+    if rope_tables is None:
+        cos, sin = rope_cos_sin(positions, freqs)
+    else:
+        cos, sin = _check_rope_tables(rope_tables, t, freqs, q_proj.device)
+    q = q_proj.to(torch.bfloat16, copy=True).view(t, n_heads, head_dim)
+    rope_inplace(q, cos, sin, backend=backend)
     return quantize_dequantize(QUERY_FORMAT, q, backend=backend, check_finite=validate)
 
 

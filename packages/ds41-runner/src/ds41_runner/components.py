@@ -172,7 +172,10 @@ class Bf16Indexer(IndexerImpl):
 # --------------------------------------------------------------------------- compressor
 class CompressorImpl:
     """`__call__(compressor, kv, score, req_idx, pos, norm_weight, eps) -> (latent bf16 [T, D],
-    emit bool [T], entry int64 [T])` over a `ds41_cache.compressor.Compressor`."""
+    emit bool [T], entry int64 [T])` over a `ds41_cache.compressor.Compressor`. `emit` and
+    `entry` must be functions of (req_idx, pos, ratio) alone, as `Compressor.forward`'s are:
+    the kv-source layers of one ratio share a step's entry slots' RoPE tables
+    (`StepContext.entry_cos_sin`)."""
 
     name = "abstract"
 
@@ -187,9 +190,10 @@ class CompressorImpl:
         eps: float,
         *,
         validate: bool = True,
+        backend: str = "auto",
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return compressor.forward(  # type: ignore[no-any-return]
-            kv, score, req_idx, pos, norm_weight, eps, validate=validate
+            kv, score, req_idx, pos, norm_weight, eps, validate=validate, backend=backend
         )
 
 

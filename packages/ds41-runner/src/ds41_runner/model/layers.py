@@ -8,10 +8,10 @@ from typing import Any, Literal
 import torch
 
 from ds41_cache.paged import lookup_slots
+from ds41_cache.rope import rope_cos_sin, rope_inplace
 
 from ..ops.linear import grouped_linear, linear
 from ..ops.norm import rmsnorm
-from ..ops.rope import rope_, step_cos_sin
 from ..ops.swiglu import swiglu_gate
 from .config import LayerPlan, ModelConfig
 from .kv import KVState
@@ -39,8 +39,23 @@ class StepContext:
     def cos_sin(self, key: int, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's RoPE tables for frequency class `key` (`Runtime.freqs[key]`)."""
         if key not in self.rope_tables:
-            self.rope_tables[key] = step_cos_sin(self.pos, freqs)
+            self.rope_tables[key] = rope_cos_sin(self.pos, freqs)
         return self.rope_tables[key]
+
+    entry_rope_tables: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    """Compress ratio -> the step's (cos, sin) f32 [T, R/2] at the compressed entries'
+    positions, computed once per step (not per kv-source layer, nor per cache written)."""
+
+    def entry_cos_sin(
+        self, ratio: int, entry_pos: torch.Tensor, freqs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE tables at `entry_pos` (int32 [T], `e * ratio` per row) for compress ratio
+        `ratio`. A row's entry (so its position) is a function of its request, its position and
+        the ratio alone (`Compressor.forward`), the same in every kv-source layer of that ratio
+        in a step, so the first layer's tables serve them all."""
+        if ratio not in self.entry_rope_tables:
+            self.entry_rope_tables[ratio] = rope_cos_sin(entry_pos, freqs)
+        return self.entry_rope_tables[ratio]
 
 
 @dataclass
@@ -71,10 +86,11 @@ class Runtime:
 
 def entry_slots(
     block_table: torch.Tensor, req_idx: torch.Tensor, entry: torch.Tensor, ok: torch.Tensor,
-    page_size: int,
+    page_size: int, backend: str = "auto",
 ) -> torch.Tensor:  # fmt: skip
-    """int64 slots of `entry` ([T]) where `ok` and the page exists, else -1 (no host sync)."""
-    return lookup_slots(block_table, req_idx, entry, page_size, ok)[0]
+    """int64 slots of `entry` ([T]) where `ok` and the page exists, else -1 (no host sync;
+    one launch on the Triton backend)."""
+    return lookup_slots(block_table, req_idx, entry, page_size, ok, backend=backend)[0]
 
 
 def attention_block(
@@ -99,8 +115,8 @@ def attention_block(
     ps = kv.page_size
 
     qr = rt.norm(rt.lin(x, lw.wq_a), lw.q_norm, eps)
-    # The projection's fresh output is rotated in place (bitwise `apply_rope`, ops/rope.py).
-    q = rope_(rt.lin(qr, lw.wq_b).view(t, h, d), cos, sin, backend=rt.backend)
+    # The projection's fresh output is rotated in place (bitwise `apply_rope`).
+    q = rope_inplace(rt.lin(qr, lw.wq_b).view(t, h, d), cos, sin, backend=rt.backend)
     latent_kv = rt.norm(rt.lin(x, lw.wkv), lw.kv_norm, eps)
     insert(
         kv.window[layer], latent_kv, ctx.window_slots, positions=ctx.pos, freqs=freqs,
@@ -140,7 +156,7 @@ def attention_block(
         if topk is not None:
             ctx.capture[f"topk{layer}"] = topk
     # In place on the attention output, unless a test captured it above.
-    out = rope_(
+    out = rope_inplace(
         out if ctx.capture is None else out.clone(), cos, sin, inverse=True, backend=rt.backend
     )
     g = cfg.o_groups
@@ -174,16 +190,22 @@ def _compress(
         score = rt.lin(x, lw.wgate_c, fp32=True, out_dtype=torch.float32)
     latent, emit, entry = rt.compressor(
         kv.compressors[layer], kv_c, score, ctx.req_idx, ctx.pos, lw.c_norm, cfg.rms_norm_eps,
-        validate=ctx.validate,
+        validate=ctx.validate, backend=rt.backend,
     )  # fmt: skip
-    slots = entry_slots(kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size)
+    slots = entry_slots(
+        kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size, rt.backend
+    )
     entry_pos = (entry.clamp(min=0) * m).to(torch.int32)
+    tables = ctx.entry_cos_sin(m, entry_pos, freqs)
     k_proj = rt.lin(latent, lw.wk_idx)
     write_index_keys(
         k_proj, lw.k_norm, cfg.rms_norm_eps, entry_pos, freqs, kv.index_keys[layer], slots,
-        backend=rt.backend, validate=ctx.validate,
+        rope_tables=tables, backend=rt.backend, validate=ctx.validate,
     )  # fmt: skip
-    insert(kv.comp[layer], latent, slots, positions=entry_pos, freqs=freqs, validate=ctx.validate)
+    insert(
+        kv.comp[layer], latent, slots, positions=entry_pos, freqs=freqs, rope_tables=tables,
+        validate=ctx.validate,
+    )  # fmt: skip
     if ctx.capture is not None:
         ctx.capture[f"latent{layer}"] = latent
         ctx.capture[f"emit{layer}"] = emit
@@ -209,8 +231,8 @@ def _index_topk(
     assert plan.kv_source is not None
     assert lw.wq_b_idx is not None and lw.weights_proj is not None
     qi = prepare_index_queries(
-        rt.lin(qr, lw.wq_b_idx), ctx.pos, freqs, cfg.index_heads, backend=rt.backend,
-        validate=ctx.validate,
+        rt.lin(qr, lw.wq_b_idx), ctx.pos, freqs, cfg.index_heads,
+        rope_tables=ctx.cos_sin(min(m, 1), freqs), backend=rt.backend, validate=ctx.validate,
     )  # fmt: skip
     w = head_weights(rt.lin(x, lw.weights_proj, out_dtype=torch.float32), cfg.index_head_dim)
     key_cache = kv.index_keys[plan.kv_source]

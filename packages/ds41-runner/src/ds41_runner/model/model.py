@@ -243,7 +243,9 @@ class Model:
             self._check_values(tokens, req_idx, pos, kv)
         cfg, w, rt = self.cfg, self.weights, self.runtime
         valid = req_idx >= 0
-        win_slots = entry_slots(kv.window_alloc.block_table, req_idx, pos, valid, kv.page_size)
+        win_slots = entry_slots(
+            kv.window_alloc.block_table, req_idx, pos, valid, kv.page_size, rt.backend
+        )
         ctx = StepContext(req_idx, pos, valid, win_slots, kv, validate, capture=capture)
         tok = torch.where(valid, tokens, torch.zeros_like(tokens)).clamp(0, cfg.vocab_size - 1)
         x = self._embed(tok)

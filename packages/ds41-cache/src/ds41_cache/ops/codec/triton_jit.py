@@ -104,3 +104,18 @@ def f32_to_bf16_bits(x):
 def bf16_round_f32(x):
     """fp32 rounded to the nearest bf16 value (RNE), returned as fp32."""
     return (f32_to_bf16_bits(x) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def bf16_bits_to_f32(bits):
+    """A bf16 bit pattern (the low 16 bits of an int tensor) -> its exact fp32 value."""
+    return ((bits.to(tl.int32) & 0xFFFF) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def f32_to_bf16_store_bits(y):
+    """fp32 -> int16 bf16 bits as torch's fp32 -> bf16 cast gives them: RNE, and a NaN becomes
+    0x7FC0, torch's quiet NaN (the integer rounding alone would turn some NaN patterns into
+    inf)."""
+    bits = tl.where(y != y, 0x7FC0, f32_to_bf16_bits(y))
+    return bits.to(tl.int16)

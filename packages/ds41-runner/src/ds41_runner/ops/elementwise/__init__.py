@@ -1,3 +1,3 @@
-"""Elementwise ops of a layer: in-place RoPE on the layer's fresh activations and the SwiGLU
-gate. `naive.py` holds the torch paths (the reference), `triton_kernels.py` one fused kernel
-per op with the same fp32/fp64 operations, so the two give the same bits."""
+"""The SwiGLU gate of a layer: `naive.py` holds the torch path (the reference),
+`triton_kernels.py` one fused kernel with the same fp32/fp64 operations, so the two give the
+same bits. (The layer's in-place RoPE is `ds41_cache.rope.rope_inplace`.)"""

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..elementwise.triton_kernels import bf16_bits_to_f32, f32_to_bf16_store_bits
+from ds41_cache.ops.codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
 
 
 @triton.jit

@@ -1,13 +1,10 @@
-"""The runner's in-place RoPE (ops/rope.py) is bitwise `ds41_cache.rope.apply_rope`, on the
-torch path and in its Triton kernel; the SwiGLU gate's kernel is bitwise its torch path."""
+"""`rope.rope_inplace` is bitwise `rope.apply_rope`: on the torch path (`ops/rope/naive.py`)
+and in its Triton kernel (`ops/rope/triton_kernels.py`, under the interpreter on the CPU)."""
 
 import pytest
 import torch
 
-from ds41_cache.rope import RopeConfig, apply_rope, rope_freqs
-from ds41_runner.ops.elementwise.naive import swiglu_gate_torch
-from ds41_runner.ops.rope import rope_, step_cos_sin
-from ds41_runner.ops.swiglu import swiglu_gate
+from ds41_cache.rope import RopeConfig, apply_rope, rope_cos_sin, rope_freqs, rope_inplace
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -20,27 +17,27 @@ def test_in_place_rope_is_apply_rope(dtype, yarn, inverse):
     pos = torch.randint(0, 60000, (7,), generator=g, dtype=torch.int32)
     x = (torch.randn(7, 3, 64, generator=g) * 4).to(dtype)
     ref = apply_rope(x, pos, freqs, inverse=inverse)
-    cos, sin = step_cos_sin(pos, freqs)
+    cos, sin = rope_cos_sin(pos, freqs)
     got = x.clone()
-    out = rope_(got, cos, sin, inverse=inverse)
+    out = rope_inplace(got, cos, sin, inverse=inverse)
     assert out is got
     assert torch.equal(got, ref)
     assert torch.equal(got[..., :48], x[..., :48])  # the non-rope channels are untouched
     assert not torch.equal(got, x)
     # A 2-D input ([T, D]) and a strided view (a head slice) as well.
-    assert torch.equal(rope_(x[:, 1].clone(), cos, sin, inverse=inverse), ref[:, 1])
+    assert torch.equal(rope_inplace(x[:, 1].clone(), cos, sin, inverse=inverse), ref[:, 1])
     view = x.clone()
-    rope_(view[:, 1:], cos, sin, inverse=inverse)
+    rope_inplace(view[:, 1:], cos, sin, inverse=inverse)
     assert torch.equal(view[:, 1:], ref[:, 1:]) and torch.equal(view[:, 0], x[:, 0])
 
 
 def test_bad_tables():
     x = torch.zeros(4, 2, 32)
-    cos, sin = step_cos_sin(torch.arange(4, dtype=torch.int32), torch.ones(8))
+    cos, sin = rope_cos_sin(torch.arange(4, dtype=torch.int32), torch.ones(8))
     with pytest.raises(ValueError, match=r"cos and sin must be \[4, R/2\]"):
-        rope_(x, cos[:3], sin[:3])
+        rope_inplace(x, cos[:3], sin[:3])
     with pytest.raises(ValueError, match="R <= 8"):
-        rope_(torch.zeros(4, 8), cos, sin)
+        rope_inplace(torch.zeros(4, 8), cos, sin)
 
 
 @pytest.mark.interpreter
@@ -54,57 +51,29 @@ def test_triton_rope_is_apply_rope(device, inverse):
     x = torch.randn(6, 5, 80, generator=g) * torch.logspace(-3, 3, 80)
     x = x.to(torch.bfloat16)
     ref = apply_rope(x, pos, freqs, inverse=inverse)
-    cos, sin = (c.to(device) for c in step_cos_sin(pos, freqs))
+    cos, sin = (c.to(device) for c in rope_cos_sin(pos, freqs))
     got = x.clone().to(device)  # .to("cpu") alone would rotate x itself
-    assert rope_(got, cos, sin, inverse=inverse, backend="triton") is got
+    assert rope_inplace(got, cos, sin, inverse=inverse, backend="triton") is got
     assert torch.equal(got.cpu(), ref)
     # 2-D rows and a head-slice view (strides of the parent): the other heads untouched.
     flat = x[:, 2].clone().to(device)
-    rope_(flat, cos, sin, inverse=inverse, backend="triton")
+    rope_inplace(flat, cos, sin, inverse=inverse, backend="triton")
     assert torch.equal(flat.cpu(), ref[:, 2])
     view = x.clone().to(device)
-    rope_(view[:, 1:4], cos, sin, inverse=inverse, backend="triton")
+    rope_inplace(view[:, 1:4], cos, sin, inverse=inverse, backend="triton")
     assert torch.equal(view[:, 1:4].cpu(), ref[:, 1:4])
     assert torch.equal(view[:, 0].cpu(), x[:, 0]) and torch.equal(view[:, 4].cpu(), x[:, 4])
     # An odd head offset cannot be read as 4-byte words: the torch path, the same bits.
     odd = torch.cat([x.new_zeros(1), x.flatten()]).to(device)
     shifted = odd[1:].view(6, 5, 80)
-    rope_(shifted, cos, sin, inverse=inverse, backend="triton")
+    rope_inplace(shifted, cos, sin, inverse=inverse, backend="triton")
     assert torch.equal(shifted.cpu(), ref)
     # A NaN stays a NaN in its own pair and touches nothing else.
     bad = x.clone()
     bad[3, 1, 70] = float("nan")
     bad = bad.to(device)
-    rope_(bad, cos, sin, inverse=inverse, backend="triton")
+    rope_inplace(bad, cos, sin, inverse=inverse, backend="triton")
     nan = torch.isnan(bad.cpu())
     assert nan[3, 1, 70] and nan.sum() <= 2 and nan[3, 1, 64:].sum() == nan.sum()
     keep = ~nan
     assert torch.equal(bad.cpu()[keep], ref[keep])
-
-
-@pytest.mark.interpreter
-def test_triton_swiglu_gate_is_torch_path(device):
-    g = torch.Generator().manual_seed(12)
-    # a spans silu's regions: exp(-a) overflowing (a << 0), the linear tail, the knee.
-    a = (torch.randn(7, 300, generator=g) * torch.logspace(-2, 2.5, 300)).to(torch.bfloat16)
-    b = (torch.randn(7, 300, generator=g) * 3).to(torch.bfloat16)
-    a[0, :4] = torch.tensor([-1000.0, 1000.0, 0.0, -0.0], dtype=torch.bfloat16)
-    ref = swiglu_gate_torch(a, b)
-    got = swiglu_gate(a.to(device), b.to(device), backend="triton")
-    assert got.dtype == torch.bfloat16 and got.shape == (7, 300)
-    assert torch.equal(got.cpu().view(torch.int16), ref.view(torch.int16))
-    # a row's bits do not depend on the rows beside it
-    assert torch.equal(
-        swiglu_gate(a[2:3].to(device), b[2:3].to(device), backend="triton"), got[2:3]
-    )
-    exact = torch.nn.functional.silu(a.double()) * b.double()
-    # (values below the fp32 range, silu(-122) ~ 1e-51, round to 0)
-    assert torch.allclose(got.cpu().double(), exact, rtol=2**-8, atol=1e-37)
-
-
-def test_swiglu_gate_bad_inputs():
-    a = torch.ones(2, 8, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=r"a and b must be \[M, F\] of one shape"):
-        swiglu_gate(a, a[:, :4])
-    with pytest.raises(TypeError, match="a and b must be bf16"):
-        swiglu_gate(a, a.float())

@@ -1,0 +1,1 @@
+"""In-place RoPE with a step's (cos, sin) tables: torch reference (`naive`) and Triton kernel."""
