@@ -236,8 +236,7 @@ def main() -> int:
                 got.stride(0), got.stride(1), 0, BLOCK_M=t.bm, BLOCK_N=t.bn, BLOCK_K=64,
                 SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles * plan.n_segs, SPLIT=False,
                 HALF_ITER=0 if plan.half >= plan.n_segs else plan.half * plan.seg_tiles,
-                FUSED=False, N_SEGS=plan.n_segs, HALF=plan.half, UPCAST=False, IEEE_FP32=True,
-                num_warps=t.warps, num_stages=t.stages,
+                FUSED=False, N_SEGS=plan.n_segs, HALF=plan.half, UPCAST=False, IEEE_FP32=True, num_warps=t.warps, num_stages=t.stages,
             )  # fmt: skip
             if not torch.equal(got, ref):
                 mismatches.append((s.name, m, t.name, False, (got - ref).abs().max().item()))
