@@ -95,13 +95,12 @@ def launch_tile(
     half_iter = 0 if split or plan.half >= plan.n_segs else plan.half * seg_tiles
     grid = (triton.cdiv(m, t.bm), g * n_tiles, plan.n_segs if split else 1)
     matmul_kernel[grid](
-        x, w, out, ws, ws, m, n, k, n_tiles, ncols,
+        x, w, out, ws, m, n, k, n_tiles, ncols,
         x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
         out.stride(0), out.stride(1), m * ncols,
         BLOCK_M=t.bm, BLOCK_N=t.bn, BLOCK_K=t.bk,
         SEG_TILES=seg_tiles, N_ITER=seg_tiles * (1 if split else plan.n_segs),
-        SPLIT=split, HALF_ITER=half_iter, FUSED=False, N_SEGS=plan.n_segs, HALF=plan.half,
-        UPCAST=False, IEEE_FP32=False,
+        SPLIT=split, HALF_ITER=half_iter, UPCAST=False, IEEE_FP32=False,
         num_warps=t.warps, num_stages=t.stages,
     )  # fmt: skip
     if split:
@@ -231,12 +230,12 @@ def main() -> int:
             mm = x.shape[0]
             grid = (triton.cdiv(mm, t.bm), -(-512 // t.bn), 1)
             matmul_kernel[grid](
-                x, w, got, got, got, mm, 512, 1024, -(-512 // t.bn), 512,
+                x, w, got, got, mm, 512, 1024, -(-512 // t.bn), 512,
                 x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
                 got.stride(0), got.stride(1), 0, BLOCK_M=t.bm, BLOCK_N=t.bn, BLOCK_K=64,
                 SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles * plan.n_segs, SPLIT=False,
                 HALF_ITER=0 if plan.half >= plan.n_segs else plan.half * plan.seg_tiles,
-                FUSED=False, N_SEGS=plan.n_segs, HALF=plan.half, UPCAST=False, IEEE_FP32=True, num_warps=t.warps, num_stages=t.stages,
+                UPCAST=False, IEEE_FP32=True, num_warps=t.warps, num_stages=t.stages,
             )  # fmt: skip
             if not torch.equal(got, ref):
                 mismatches.append((s.name, m, t.name, False, (got - ref).abs().max().item()))

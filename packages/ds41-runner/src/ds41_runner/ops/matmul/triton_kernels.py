@@ -5,10 +5,9 @@ Tiles and the K segmentation come from `plan.MatmulPlan` (the weight's shape), n
 segment and tile counts are constexprs (one compile per weight shape; loops over a runtime
 bound fail under the CPU interpreter). `SPLIT=False`: one program runs all segments of its
 tile, adding each segment's chain to its total as the segment ends; `SPLIT=True`: program z
-runs segment z and stores its fp32 chain, and the chains are added in the plan's order
-(ascending within two halves, then the two totals: `plan.half_split`), either by the tile's
-last program to finish (`FUSED`: a per-tile arrival counter) or by `reduce_segments_kernel`
-in a second launch. Same operations in the same order, so the same bits.
+runs segment z and stores its fp32 chain, and `reduce_segments_kernel` adds the chains in
+the plan's order (ascending within two halves, then the two totals: `plan.half_split`). Same
+operations in the same order, so the same bits.
 """
 
 import torch
@@ -20,35 +19,17 @@ from ds41_cache.outputs import empty
 from .plan import BLOCK_K, DECODE_TILE, LaunchTile, MatmulPlan
 
 REDUCE_BLOCK = 1024
-ARRIVAL_SLOTS = 4096
-"""Per-tile arrival counters per device (a fused split launch has fewer than 200 tiles)."""
-_ARRIVALS: dict[torch.device, torch.Tensor] = {}
-
-
-def arrival_counters(device: torch.device) -> torch.Tensor | None:
-    """The device's zeroed int32 arrival counters for fused split launches (each launch's
-    last arriver puts its tiles' counters back to zero), or None while a CUDA graph is being
-    captured before they exist (they must not live in the graph's memory; the caller then
-    reduces in a second launch, with the same bits). Launches on one stream run one after
-    another, so they share the counters; ds41 runs its matmuls on one stream at a time."""
-    got = _ARRIVALS.get(device)
-    if got is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        got = _ARRIVALS[device] = torch.zeros(ARRIVAL_SLOTS, dtype=torch.int32, device=device)
-    return got
 
 
 # M is never specialized (Triton would otherwise compile a separate kernel for M == 1 or
 # M % 16 == 0): one compiled kernel serves every row count.
 @triton.jit(do_not_specialize=["M"])
 def matmul_kernel(
-    x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K, N_TILES, NCOLS,
+    x_ptr, w_ptr, out_ptr, ws_ptr, M, N, K, N_TILES, NCOLS,
     stride_xm, stride_xg, stride_xk, stride_wg, stride_wn, stride_wk, stride_om, stride_on,
     stride_ws,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SEG_TILES: tl.constexpr, N_ITER: tl.constexpr, SPLIT: tl.constexpr, HALF_ITER: tl.constexpr,
-    FUSED: tl.constexpr, N_SEGS: tl.constexpr, HALF: tl.constexpr,
     UPCAST: tl.constexpr, IEEE_FP32: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
@@ -109,34 +90,11 @@ def matmul_kernel(
         total = first_half + total
     if SPLIT:
         # The workspace is [segments, M, NCOLS] fp32, contiguous.
-        ws_tile = ws_ptr + rm[:, None] * NCOLS + cols[None, :]
-        tl.store(ws_tile + tl.program_id(2) * stride_ws, total, mask=mask)
-        if FUSED:
-            # The tile's last program to arrive adds the chains (reduce_segments_kernel's
-            # order). Every thread's store is issued before the barrier; the counter's
-            # acq_rel atomic then publishes them (release) and, for the last arriver, makes
-            # the other programs' chains visible (acquire); the chains are read past L1.
-            tl.debug_barrier()
-            tile = pid_m * tl.num_programs(1) + pid_n
-            arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-            if arrived == N_SEGS - 1:
-                red = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for seg in range(0, HALF):
-                    red += tl.load(ws_tile + seg * stride_ws, mask=mask, other=0.0,
-                                   cache_modifier=".cg")  # fmt: skip
-                if HALF < N_SEGS:
-                    second = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                    for seg in range(HALF, N_SEGS):
-                        second += tl.load(ws_tile + seg * stride_ws, mask=mask, other=0.0,
-                                          cache_modifier=".cg")  # fmt: skip
-                    red = red + second
-                tl.store(
-                    out_ptr + rm[:, None] * stride_om + cols[None, :] * stride_on,
-                    red.to(out_ptr.dtype.element_ty),
-                    mask=mask,
-                )
-                # Ready for the next launch on this stream (kernels on a stream run in order).
-                tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+        tl.store(
+            ws_ptr + tl.program_id(2) * stride_ws + rm[:, None] * NCOLS + cols[None, :],
+            total,
+            mask=mask,
+        )
     else:
         tl.store(
             out_ptr + rm[:, None] * stride_om + cols[None, :] * stride_on,
@@ -177,13 +135,11 @@ def launch_matmul(
     ieee_fp32: bool,
     split: bool | None = None,
     tile: LaunchTile | None = None,
-    fused: bool = True,
 ) -> torch.Tensor:
     """`x: [M, G, K]` (any strides), `w: [G, N, K]`, `out: [M, G * N]` (written in place).
 
-    `split=None` lets `plan.split(M)` choose, `tile=None` lets `plan.tile` choose; a split
-    launch reduces its segments in its last-arriving programs (`fused`, when the arrival
-    counters are available) or in a second launch; the bits are the same either way.
+    `split=None` lets `plan.split(M)` choose, `tile=None` lets `plan.tile` choose; the bits
+    are the same either way.
     """
     m = x.shape[0]
     g, n, k = w.shape
@@ -193,21 +149,17 @@ def launch_matmul(
     ncols = g * n
     ws = empty((plan.n_segs, m, ncols), torch.float32, x.device) if do_split else out
     grid = (triton.cdiv(m, t.block_m), g * n_tiles, plan.n_segs if do_split else 1)
-    counters = None
-    if do_split and fused and grid[0] * grid[1] <= ARRIVAL_SLOTS:
-        counters = arrival_counters(x.device)
     matmul_kernel[grid](
-        x, w, out, ws, ws if counters is None else counters, m, n, k, n_tiles, ncols,
+        x, w, out, ws, m, n, k, n_tiles, ncols,
         x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
         out.stride(0), out.stride(1), m * ncols,
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=BLOCK_K,
         SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles * (1 if do_split else plan.n_segs),
         SPLIT=do_split,
         HALF_ITER=0 if do_split or plan.half >= plan.n_segs else plan.half * plan.seg_tiles,
-        FUSED=counters is not None, N_SEGS=plan.n_segs, HALF=plan.half,
         UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
-    if do_split and counters is None:
+    if do_split:
         reduce_segments_kernel[(triton.cdiv(m * ncols, REDUCE_BLOCK),)](
             ws, out, m, ncols, m * ncols, out.stride(0), out.stride(1),
             N_SEGS=plan.n_segs, HALF=plan.half, BLOCK=REDUCE_BLOCK, num_warps=4,
@@ -243,12 +195,11 @@ def launch_partials(
         return ws
     grid = (triton.cdiv(m, t.block_m), g * n_tiles, n_segs)
     matmul_kernel[grid](
-        x, w, ws, ws, ws, m, n, k, n_tiles, ncols,
+        x, w, ws, ws, m, n, k, n_tiles, ncols,
         x.stride(0), x.stride(1), x.stride(2), w.stride(0), w.stride(1), w.stride(2),
         ws.stride(1), ws.stride(2), m * ncols,
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=BLOCK_K,
         SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles, SPLIT=True, HALF_ITER=0,
-        FUSED=False, N_SEGS=n_segs, HALF=n_segs,
         UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     return ws
