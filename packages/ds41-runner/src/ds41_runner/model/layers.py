@@ -131,7 +131,7 @@ def attention_block(
         if plan.is_kv_source:
             _compress(cfg, plan, lw, x, ctx, rt, freqs)
         if plan.is_index_source:
-            topk = _index_topk(cfg, plan, lw, x, qr, ctx, rt, freqs)
+            topk = _index_topk(cfg, plan, lw, x, qr, ctx, rt, freqs, (cos, sin))
             ctx.published_topk[layer] = topk
         else:
             assert plan.topk_source is not None
@@ -220,10 +220,12 @@ def _index_topk(
     ctx: StepContext,
     rt: Runtime,
     freqs: torch.Tensor,
+    tables: tuple[torch.Tensor, torch.Tensor],
 ) -> torch.Tensor:
     """Index queries and head weights, then the indexer's top-k over the kv source's index
     keys (masked by the published candidates on Reindex layers after the candidate source);
-    the candidate source publishes its candidate-block mask."""
+    the candidate source publishes its candidate-block mask. `tables`: the step's (cos, sin)
+    at the rows' positions for `freqs` (the layer's query tables)."""
     from ds41_indexer import head_weights, prepare_index_queries
 
     kv = ctx.kv
@@ -232,7 +234,7 @@ def _index_topk(
     assert lw.wq_b_idx is not None and lw.weights_proj is not None
     qi = prepare_index_queries(
         rt.lin(qr, lw.wq_b_idx), ctx.pos, freqs, cfg.index_heads,
-        rope_tables=ctx.cos_sin(min(m, 1), freqs), backend=rt.backend, validate=ctx.validate,
+        rope_tables=tables, backend=rt.backend, validate=ctx.validate,
     )  # fmt: skip
     w = head_weights(rt.lin(x, lw.weights_proj, out_dtype=torch.float32), cfg.index_head_dim)
     key_cache = kv.index_keys[plan.kv_source]
