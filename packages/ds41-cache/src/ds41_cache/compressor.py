@@ -191,9 +191,13 @@ class Compressor:
         CUDA-graph capture: a req_idx outside [-1, max_requests) is then treated as padding
         (no ring write, no emit), while non-finite kv/score go into the ring and the latent
         unchecked (the caller's responsibility; `insert` then quantizes NaN as 0).
-        `backend` picks `rms_norm`'s path (the same bits on every backend).
+        `backend`: "triton" (or "auto" on CUDA) runs the whole step in two launches
+        (`ops/compress/`: the latents, then the ring update) where the width is a power of
+        two; "torch" runs the reference. The same bits on every backend.
         """
         self._check_inputs(kv, score, req_idx, pos, norm_weight, eps, validate)
+        if self._kernel_serves(kv, score, norm_weight, backend):
+            return self._forward_kernel(kv, score, req_idx, pos, norm_weight, eps, validate)
         t = kv.shape[0]
         latent = empty((t, self.dim), torch.bfloat16, self.device)
         emit = empty((t,), torch.bool, self.device)
@@ -225,6 +229,48 @@ class Compressor:
         return latent, emit, entry
 
     __call__ = forward
+
+    def _kernel_serves(
+        self,
+        kv: torch.Tensor,
+        score: torch.Tensor | None,
+        norm_weight: torch.Tensor,
+        backend: str,
+    ) -> bool:
+        """The two-launch Triton path (`ops/compress/`) serves power-of-two widths with unit
+        column strides and f32/bf16 weights; anything else takes the torch path."""
+        d = self.dim
+        return (
+            resolve_backend(backend, self.device) == "triton"
+            and d >= 2
+            and not d & (d - 1)
+            and kv.stride(1) == 1
+            and (score is None or score.stride(1) == 1)
+            and norm_weight.dtype in (torch.float32, torch.bfloat16)
+        )
+
+    def _forward_kernel(
+        self,
+        kv: torch.Tensor,
+        score: torch.Tensor | None,
+        req_idx: torch.Tensor,
+        pos: torch.Tensor,
+        norm_weight: torch.Tensor,
+        eps: float,
+        validate: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`forward` in two launches: the latents (reading the ring), then the ring update."""
+        from .ops.compress import triton_kernels
+
+        latent, emit, entry, target = triton_kernels.compress_rows(
+            kv, score, req_idx, pos, self._ring, norm_weight.contiguous(), eps, self.ratio
+        )
+        if validate:
+            require_finite(latent[emit], "latent (from finite inputs: kv beyond the bf16 range?)")
+        if target is not None:
+            assert score is not None
+            triton_kernels.write_ring(kv, score, pos, target, self._ring)
+        return latent, emit, entry
 
     def _forward_pairs(
         self,

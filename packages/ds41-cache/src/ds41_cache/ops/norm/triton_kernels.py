@@ -18,12 +18,26 @@ from ..codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
 
 
 @triton.jit
-def _load_f32(ptr, offs, mask, IS_BF16: tl.constexpr):
+def load_f32(ptr, offs, mask, IS_BF16: tl.constexpr):
     if IS_BF16:  # the bf16 bits widened exactly (also under the interpreter)
         v = bf16_bits_to_f32(tl.load(ptr + offs, mask=mask, other=0))
     else:
         v = tl.load(ptr + offs, mask=mask, other=0.0)
     return v
+
+
+@triton.jit
+def rms_norm_tile(x, w, eps, D: tl.constexpr, LOG2_D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """fp32 `x: [BLOCK_M, D]`, `w: [D]` -> fp32 `(x * rsqrt(ms + eps)) * w` per row (the caller
+    rounds to bf16); the reference's halving fold. Callers launch with enable_fp_fusion=False."""
+    s = x * x
+    for level in tl.static_range(LOG2_D):
+        # [M, 2, half]: [:, 0] holds columns j < half, [:, 1] columns j + half
+        lo, hi = tl.split(tl.permute(tl.reshape(s, [BLOCK_M, 2, D >> (level + 1)]), [0, 2, 1]))
+        s = lo + hi
+    ms = tl.reshape(s, [BLOCK_M, 1]) * (1.0 / D)
+    r = tl.math.rsqrt(ms + eps)
+    return (x * r) * w[None, :]
 
 
 @triton.jit
@@ -35,27 +49,26 @@ def rms_norm_kernel(
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, D)
     ok = (rows < T)[:, None]
-    x = _load_f32(x_ptr, rows[:, None] * stride_x + cols[None, :], ok, X_BF16)
-    w = _load_f32(w_ptr, cols, cols < D, W_BF16)
-    s = x * x
-    for level in tl.static_range(LOG2_D):
-        # [M, 2, half]: [:, 0] holds columns j < half, [:, 1] columns j + half
-        lo, hi = tl.split(tl.permute(tl.reshape(s, [BLOCK_M, 2, D >> (level + 1)]), [0, 2, 1]))
-        s = lo + hi
-    ms = tl.reshape(s, [BLOCK_M, 1]) * (1.0 / D)
-    r = tl.math.rsqrt(ms + eps)
-    y = (x * r) * w[None, :]
+    x = load_f32(x_ptr, rows[:, None] * stride_x + cols[None, :], ok, X_BF16)
+    w = load_f32(w_ptr, cols, cols < D, W_BF16)
+    y = rms_norm_tile(x, w, eps, D, LOG2_D, BLOCK_M)
     out = out_ptr + rows[:, None] * D + cols[None, :]
     tl.store(out, f32_to_bf16_store_bits(y), mask=ok)
 
 
 def launch_rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    out: torch.Tensor,
+    block_m: int | None = None,
 ) -> torch.Tensor:
     """`x: [T, D]` f32|bf16 (unit column stride), `weight: [D]` f32|bf16 contiguous, D a power
-    of two >= 2; `out: bf16 [T, D]` contiguous."""
+    of two >= 2; `out: bf16 [T, D]` contiguous. `block_m`: rows per program (a power of two;
+    any value gives the same bits, rows never meet)."""
     t, d = x.shape
-    block_m = max(1, min(8, 4096 // d))  # rows per program: a few KB of one row block
+    if block_m is None:
+        block_m = max(1, min(8, 4096 // d))  # rows per program: a few KB of one row block
     # bf16 operands go in as their int16 bits (widened exactly in the kernel)
     xk = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
     wk = weight.view(torch.int16) if weight.dtype == torch.bfloat16 else weight

@@ -1,0 +1,3 @@
+"""The compressor's step in two Triton launches (`triton_kernels`: the latents, then the ring
+update). Its reference is `compressor.Compressor.forward`'s torch path (`_forward_pairs`,
+`pool_pair`, `rms_norm`), which it reproduces bit for bit."""
