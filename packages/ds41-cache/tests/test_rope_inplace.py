@@ -77,3 +77,26 @@ def test_triton_rope_is_apply_rope(device, inverse):
     assert nan[3, 1, 70] and nan.sum() <= 2 and nan[3, 1, 64:].sum() == nan.sum()
     keep = ~nan
     assert torch.equal(bad.cpu()[keep], ref[keep])
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("pos_dtype", [torch.int32, torch.int64])
+def test_triton_cos_sin_tables_are_the_torch_tables(device, pos_dtype):
+    """One launch for both tables. On the GPU the same bits as torch's CUDA cos/sin (both
+    libdevice); under the interpreter numpy's cos/sin stand in, within 2 ulp of torch's."""
+    g = torch.Generator().manual_seed(9)
+    flash = RopeConfig(64, 160000.0, yarn_factor=16.0, yarn_orig=65536)
+    freqs = torch.cat([rope_freqs(flash), torch.tensor([1.0, 3.3, 2.0**-20])])  # 35: no pow2
+    pos = torch.cat([torch.arange(70), torch.randint(0, 1 << 20, (4000,), generator=g)])
+    pos, freqs = pos.to(pos_dtype).to(device), freqs.to(device)
+    cos, sin = rope_cos_sin(pos, freqs, backend="triton")
+    ref_cos, ref_sin = rope_cos_sin(pos, freqs, backend="torch")
+    assert cos.shape == sin.shape == (4070, 35) and cos.dtype == sin.dtype == torch.float32
+    for got, ref in ((cos, ref_cos), (sin, ref_sin)):
+        if device.type == "cuda":
+            assert torch.equal(got, ref)
+        else:
+            ulps = (got.view(torch.int32).long() - ref.view(torch.int32).long()).abs()
+            assert int(ulps.max()) <= 2 and float((got - ref).abs().max()) < 1e-6
+    empty_cos, _ = rope_cos_sin(pos[:0], freqs, backend="triton")
+    assert empty_cos.shape == (0, 35)

@@ -94,8 +94,28 @@ def _check(x: torch.Tensor, positions: torch.Tensor, freqs: torch.Tensor) -> Non
         )
 
 
-def rope_cos_sin(positions: torch.Tensor, freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the fp32 angles `float32(pos) * f_i`: two f32 [N, R/2] tensors."""
+def rope_cos_sin(
+    positions: torch.Tensor, freqs: torch.Tensor, *, backend: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the fp32 angles `float32(pos) * f_i`: two f32 [N, R/2] tensors.
+
+    positions: int32|int64 `[N]`; freqs: f32 `[R/2]` on the same device. `backend`: "auto"
+    (Triton on CUDA tensors), "triton" or "torch". The Triton kernel (`ops/rope/`, one launch)
+    computes the torch path's operations with libdevice cos/sin, the functions torch's CUDA
+    kernels call: the same bits on the GPU (tested there). Under the CPU interpreter numpy's
+    cos/sin stand in and may differ from torch's CPU ones in the last bit.
+    """
+    if (
+        resolve_backend(backend, positions.device) == "triton"
+        and positions.dim() == 1
+        and positions.dtype in (torch.int32, torch.int64)
+        and freqs.dim() == 1
+        and freqs.dtype == torch.float32
+        and freqs.device == positions.device
+    ):
+        from .ops.rope import triton_kernels
+
+        return triton_kernels.launch_rope_tables(positions, freqs.contiguous())
     angle = positions.to(torch.float32)[:, None] * freqs[None, :]
     return torch.cos(angle), torch.sin(angle)
 
@@ -138,7 +158,7 @@ def apply_rope(
     """
     _check(x, positions, freqs)
     r = 2 * freqs.numel()
-    cos, sin = rope_cos_sin(positions, freqs)
+    cos, sin = rope_cos_sin(positions, freqs, backend="torch")  # the reference's own tables
     rotated = rotate_last(x, cos, sin, inverse)
     return torch.cat((x[..., : x.shape[-1] - r], rotated), dim=-1)
 

@@ -1,5 +1,6 @@
 # mypy: allow-untyped-defs, allow-incomplete-defs
-"""In-place RoPE in one launch (the torch reference in `naive.py` takes about ten).
+"""In-place RoPE in one launch (the torch reference in `naive.py` takes about ten), and the
+cos/sin tables in one launch (`rope.rope_cos_sin`'s torch path takes four).
 
 bf16 pairs are read as one int32 word each and rounded back with integer ops (the codec's
 `bf16_bits_to_f32` / `f32_to_bf16_store_bits`), so the kernel is exact under the CPU
@@ -12,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ...outputs import empty
 from ..codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
 
 
@@ -44,6 +46,42 @@ def rope_inplace_kernel(
     lo = f32_to_bf16_store_bits(y0).to(tl.int32) & 0xFFFF
     hi = f32_to_bf16_store_bits(y1).to(tl.int32) << 16
     tl.store(words, hi | lo, mask=ok)
+
+
+@triton.jit
+def rope_tables_kernel(
+    pos_ptr, freqs_ptr, cos_ptr, sin_ptr, N,
+    HALF_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
+):  # fmt: skip
+    # The reference's operations: float32(pos) (round to nearest), one fp32 product, then
+    # libdevice cos and sin (what torch's CUDA cos/sin call).
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.arange(0, BLOCK_P)
+    ok = (rows < N)[:, None] & (k < HALF_R)[None, :]
+    p = tl.load(pos_ptr + rows, mask=rows < N, other=0).to(tl.float32)
+    f = tl.load(freqs_ptr + k, mask=k < HALF_R, other=0.0)
+    angle = p[:, None] * f[None, :]
+    offs = rows[:, None] * HALF_R + k[None, :]
+    tl.store(cos_ptr + offs, tl.math.cos(angle), mask=ok)
+    tl.store(sin_ptr + offs, tl.math.sin(angle), mask=ok)
+
+
+def launch_rope_tables(
+    positions: torch.Tensor, freqs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`positions: [N]` int32|int64, `freqs: f32 [R/2]` contiguous -> (cos, sin) f32 `[N, R/2]`."""
+    n, half_r = positions.shape[0], freqs.shape[0]
+    cos = empty((n, half_r), torch.float32, positions.device)
+    sin = empty((n, half_r), torch.float32, positions.device)
+    if n == 0 or half_r == 0:
+        return cos, sin
+    block_p = triton.next_power_of_2(half_r)
+    block_n = max(1, 1024 // block_p)
+    rope_tables_kernel[(triton.cdiv(n, block_n),)](
+        positions.contiguous(), freqs, cos, sin, n,
+        HALF_R=half_r, BLOCK_N=block_n, BLOCK_P=block_p, num_warps=4,
+    )  # fmt: skip
+    return cos, sin
 
 
 def rope_words_ok(x: torch.Tensor, half_r: int) -> bool:
