@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ds41_indexer import candidate_blocks
 
@@ -84,3 +86,29 @@ def test_bad_input() -> None:
         candidate_blocks(logits, nv, 2, -1)
     with pytest.raises(TypeError, match="n_visible must be int32"):
         candidate_blocks(logits, nv.long(), 2, 4)
+
+
+@pytest.mark.interpreter
+@given(
+    seed=st.integers(0, 2**16),
+    t=st.integers(1, 5),
+    n=st.integers(1, 300),
+    bs=st.integers(1, 9),
+    topk_blocks=st.integers(1, 60),
+    bf16=st.booleans(),
+)
+def test_triton_mask_is_the_torch_mask(
+    seed: int, t: int, n: int, bs: int, topk_blocks: int, bf16: bool
+) -> None:
+    """Random widths, block sizes (powers of two or not), k below and above the block count,
+    ties (few distinct values), -inf runs, rows with nothing visible."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randint(-3, 4, (t, n), generator=g).float() * 0.25
+    runs = torch.rand(t, n, generator=g) < 0.3
+    logits[runs] = float("-inf")
+    nv = torch.randint(0, n + 1, (t,), generator=g, dtype=torch.int32)
+    logits = logits.to(torch.bfloat16) if bf16 else logits
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    got = candidate_blocks(logits.to(dev), nv.to(dev), topk_blocks, bs, backend="triton")
+    want = candidate_blocks(logits, nv, topk_blocks, bs, backend="torch")
+    assert torch.equal(got.cpu(), want)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ds41_cache.backend import resolve_backend
 from ds41_cache.outputs import empty
 
 from ._checks import check_positive_int
@@ -26,6 +27,10 @@ def candidate_blocks(
     block of entry `n_visible - 1` is pinned to +inf (when `n_visible > 0`); the top
     `min(topk_blocks, nblocks)` blocks (ties to the lower block index) whose score is > -inf
     are kept, and the mask covers whole kept blocks (clipped to N).
+
+    `backend`: "auto" (Triton on CUDA tensors), "triton" or "torch". The Triton path
+    (`ops/candidates/`) is two launches around the indexer's top-k, no `[T, N]` float scratch;
+    the same mask as the torch path (integer and comparison work only).
     """
     check_topk_inputs(logits, n_visible, 1, validate)
     check_positive_int(topk_blocks, "topk_blocks")
@@ -36,6 +41,10 @@ def candidate_blocks(
     out = empty((t, n), torch.bool, dev)
     if t == 0 or n == 0:
         return out
+    if resolve_backend(backend, dev) == "triton" and logits.stride(1) == 1:
+        from .ops.candidates.triton_kernels import candidate_blocks_triton
+
+        return candidate_blocks_triton(logits, n_visible, topk_blocks, block_size, empty)
     nv = n_visible.to(torch.int64)
     cols = torch.arange(nb * block_size, device=dev)
     padded = torch.full((t, nb * block_size), float("-inf"), dtype=torch.float32, device=dev)
