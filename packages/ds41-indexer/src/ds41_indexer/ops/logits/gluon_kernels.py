@@ -380,81 +380,83 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
     gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
     slot = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
     gslots = gl.zeros([4, 32], gl.uint32, gml)
-    for i in range(CID, TILES, NC):
-        s = i % STAGES
-        c0 = c_first + i * BLOCK_N
-        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-        raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
-        raw = raw.load(rl)
-        sc = scale_smem.index(s)._reinterpret(gl.uint8, [BLOCK_N, 4], plain2).load(scl)
-        gl.thread_barrier()
-        mbarrier.arrive(empty.index(s), count=1)
-        sc = sc.to(gl.int32)
-        mk = gl.max(sc, axis=1)
-        mn = gl.min(sc, axis=1)
-        # the factor 2^(d + 15), d = sc - mk, as fp32 bits, then converted to fp16: exact for
-        # the fast path's d in [-32, 0] (normal down to 2^-14, then subnormal down to 2^-17),
-        # so the same fp16 factor as the Triton kernel's; spans with d < -32 are flagged
-        fac = _f16x2_dup(((sc - mk[:, None]) + 142) << 23)
-        fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
-        lw, hw = _e2m1_pair_f16(raw, fac)
-        l0, l1 = _f16x2_halves(lw)
-        h0, h1 = _f16x2_halves(hw)
-        lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op,
-                               assert_trivial=True)  # fmt: skip
-        hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op,
-                               assert_trivial=True)  # fmt: skip
-        # the Triton kernel's two dots: the same instructions in the same order, issued
-        # back to back (one wait)
-        acc = warpgroup_mma(lo, qlo, zero, is_async=True)
-        acc = warpgroup_mma(hi, qhi, acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
-        mkr = gl.convert_layout(mk, row)
-        # the keys' common factor 2^(mk - 136): exact (a power of two on a normal fp32)
-        logit = logit * ((gl.minimum(gl.maximum(mkr, 10), 250) - 9) << 23).to(
-            gl.float32, bitcast=True
-        )
-        cols = c0 + lane_rows
-        valid = (cols < n_cols) & (entry_base + cols < n_vis)
-        # the span's range test (the Triton kernel's `_span_in_fast_range`) on its visible
-        # keys; a tile the producer did not read (no page in the cache) is zero-filled, so its
-        # largest scale byte 0 is out of range too and the Triton kernel scores that span
-        out_of_range = (gl.convert_layout(mn, row) < mkr - 32) | (mkr < 10) | (mkr > 250)
-        bad = bad | ((valid & out_of_range).to(gl.int32) << (i // SPAN))
-        keep = valid
-        if HAS_CAND:
-            entries = entry_base + cols
-            cm = gl.load(cand_ptr + t * cand_stride_t + entries,
-                         mask=valid & (entries < cand_cols), other=0)  # fmt: skip
-            keep = keep & (cm != 0)
-        logit = gl.where(keep, logit, float("-inf"))
-        if OUT_BF16:
-            bmax: gl.constexpr = 3.3895313892515355e38
-            lb = gl.where(logit == float("-inf"), logit,
-                          gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
-            b = lb.to(gl.uint32, bitcast=True)
-            rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
-            gl.store(out_row + cols, rounded.to(gl.int16), mask=cols < n_cols)
-        else:
-            gl.store(out_row + cols, logit, mask=cols < n_cols)
+    # blocks of BT tiles: the group maxima of a block are stored after it (register slots)
+    BT: gl.constexpr = TILES if TILES < 32 else 32
+    for b0 in range(0, TILES, BT):
+        for i in range(b0 + CID, b0 + BT, NC):
+            s = i % STAGES
+            c0 = c_first + i * BLOCK_N
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
+            raw = raw.load(rl)
+            sc = scale_smem.index(s)._reinterpret(gl.uint8, [BLOCK_N, 4], plain2).load(scl)
+            gl.thread_barrier()
+            mbarrier.arrive(empty.index(s), count=1)
+            sc = sc.to(gl.int32)
+            mk = gl.max(sc, axis=1)
+            mn = gl.min(sc, axis=1)
+            # the factor 2^(d + 15), d = sc - mk, as fp32 bits, then converted to fp16: exact for
+            # the fast path's d in [-32, 0] (normal down to 2^-14, then subnormal down to 2^-17),
+            # so the same fp16 factor as the Triton kernel's; spans with d < -32 are flagged
+            fac = _f16x2_dup(((sc - mk[:, None]) + 142) << 23)
+            fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
+            lw, hw = _e2m1_pair_f16(raw, fac)
+            l0, l1 = _f16x2_halves(lw)
+            h0, h1 = _f16x2_halves(hw)
+            lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op,
+                                   assert_trivial=True)  # fmt: skip
+            hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op,
+                                   assert_trivial=True)  # fmt: skip
+            # the Triton kernel's two dots: the same instructions in the same order, issued
+            # back to back (one wait)
+            acc = warpgroup_mma(lo, qlo, zero, is_async=True)
+            acc = warpgroup_mma(hi, qhi, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
+            mkr = gl.convert_layout(mk, row)
+            # the keys' common factor 2^(mk - 136): exact (a power of two on a normal fp32)
+            logit = logit * ((gl.minimum(gl.maximum(mkr, 10), 250) - 9) << 23).to(
+                gl.float32, bitcast=True
+            )
+            cols = c0 + lane_rows
+            valid = (cols < n_cols) & (entry_base + cols < n_vis)
+            # the span's range test (the Triton kernel's `_span_in_fast_range`) on its visible
+            # keys; a tile the producer did not read (no page in the cache) is zero-filled, so its
+            # largest scale byte 0 is out of range too and the Triton kernel scores that span
+            out_of_range = (gl.convert_layout(mn, row) < mkr - 32) | (mkr < 10) | (mkr > 250)
+            bad = bad | ((valid & out_of_range).to(gl.int32) << (i // SPAN))
+            keep = valid
+            if HAS_CAND:
+                entries = entry_base + cols
+                cm = gl.load(cand_ptr + t * cand_stride_t + entries,
+                             mask=valid & (entries < cand_cols), other=0)  # fmt: skip
+                keep = keep & (cm != 0)
+            logit = gl.where(keep, logit, float("-inf"))
+            if OUT_BF16:
+                bmax: gl.constexpr = 3.3895313892515355e38
+                lb = gl.where(logit == float("-inf"), logit,
+                              gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
+                b = lb.to(gl.uint32, bitcast=True)
+                rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+                gl.store(out_row + cols, rounded.to(gl.int16), mask=cols < n_cols)
+            else:
+                gl.store(out_row + cols, logit, mask=cols < n_cols)
+            if HAS_GMAX:
+                # each warp's largest key of its 16 entries, kept in register slot i - b0 (lanes
+                # hold the slots): the maximum over the warps is taken once after the block, so
+                # no barrier is needed per tile
+                key = gl.where(valid, _score_to_key(logit), 0)
+                kw = gl.convert_layout(gl.max(gl.reshape(key, [4, BLOCK_N // 4]), axis=1),
+                                       gl.SliceLayout(1, gml))  # fmt: skip
+                gslots = gl.where(slot[None, :] == i - b0, kw[:, None], gslots)
         if HAS_GMAX:
-            # each warp's largest key of its 16 entries, kept in register slot i (lanes hold
-            # the slots): the maximum over the warps is taken once after the loop, so no
-            # barrier is needed per tile
-            key = gl.where(valid, _score_to_key(logit), 0)
-            kw = gl.convert_layout(gl.max(gl.reshape(key, [4, BLOCK_N // 4]), axis=1),
-                                   gl.SliceLayout(1, gml))  # fmt: skip
-            gslots = gl.where(slot[None, :] == (i % 32), kw[:, None], gslots)
-            if ((i % 32) >= 32 - NC) | (i + NC >= TILES):
-                # this consumer's last tile of a block of 32 (slot i % 32 holds tile i's
-                # maximum): the maxima over the warps, stored for its tiles of the block
-                gk = gl.max(gslots, axis=0)
-                b0 = (i // 32) * 32
-                g = c_first // BLOCK_N + b0 + slot
-                gkeep = (b0 + slot < TILES) & (slot % NC == CID) & (g * BLOCK_N < n_cols)
-                gl.store(gmax_ptr + t * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),
-                         mask=gkeep)  # fmt: skip
+            # this consumer's tiles of the block (slot i - b0 holds tile i's maximum): the
+            # maxima over the warps
+            gk = gl.max(gslots, axis=0)
+            g = c_first // BLOCK_N + b0 + slot
+            gkeep = (slot < BT) & (slot % NC == CID) & (g * BLOCK_N < n_cols)
+            gl.store(gmax_ptr + t * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),
+                     mask=gkeep)  # fmt: skip
     bits = gl.reduce(bad, 0, _bit_or)
     fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     if CID != 0:
