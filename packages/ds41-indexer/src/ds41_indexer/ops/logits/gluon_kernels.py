@@ -9,10 +9,12 @@ shared memory as B, low nibbles then high nibbles, K ascending), the same ReLU, 
 head-sum tree (the reduction of one accumulator layout) and power-of-two factors, so the logits
 it writes are the Triton fast path's bits. It does not choose: it scores every span on the fast
 path and records, per span, whether the fast path was the right one (`done` = 1: the row's
-queries and every readable key scale byte of the span are in the fast path's range, the test
-of `_span_in_fast_range` and `_fold_queries`). The launcher then runs the Triton kernel for the
-spans with `done` = 0, which overwrites them (general path), so every span ends with the bits
-the Triton kernel alone gives.
+queries and every visible key's scale bytes of the span are in the fast path's range, the test
+of `_span_in_fast_range` and `_fold_queries`). A visible key the producer did not read (its
+page is outside the cache) is zero-filled, so its scale bytes are out of range and its span is
+left to the Triton kernel too (the consumer looks up no page). The launcher then runs the
+Triton kernel for the spans with `done` = 0, which scores them as it always does, so every
+span ends with the bits the Triton kernel alone gives.
 
 Structure (warp specialized; why: the Triton loop is bound by its serial per-tile chain of
 cp.async waits, barriers and waited tensor-core groups, not by memory or the decode):
@@ -30,14 +32,15 @@ cp.async waits, barriers and waited tensor-core groups, not by memory or the dec
   maximum, range test). The block scale factor 2^(d + 15) is built as fp32 exponent bits and
   converted to fp16 (exact on the fast path's range: the Triton kernel's factor).
 - the group maxima: each warp's largest key of its 16 entries goes to a register slot per tile;
-  the maximum over the 4 warps is taken once after the loop and each consumer stores its own
+  the maximum over the 4 warps is taken once every 32 tiles and each consumer stores its own
   tiles' maxima (no shared memory or barrier per tile, where the Triton kernel has both).
-- a program takes TILES = 16 or 32 tiles (one or two spans; one `done` flag per span, merged
-  over the consumers through shared memory); `gluon_launch.gluon_config` picks the shape.
+- a program takes TILES = 16, 32, 64 or 128 tiles (one to eight spans; one `done` flag per
+  span, merged over the consumers through shared memory; the flags of one program are the
+  bits of one int32, so at most 512 tiles); `gluon_launch.gluon_config` picks the shape.
 With one consumer, four programs share an SM (64 registers a thread at launch: the consumer
 runs with 104), so one program's waits are covered by the others' work; with two, two programs
 (the consumers run with 88 and 80), which lowers the latency of a grid of few programs (one
-row). Measured on the H200: BENCHMARKS.md, issue 12, sixth and seventh rounds.
+row). Measured on the H200: BENCHMARKS.md, issue 12, sixth, seventh and ninth rounds.
 """
 
 from triton.experimental import gluon
@@ -321,7 +324,7 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
         q_ptr,
         w_ptr,
         _cache_ptr,
-        bt_ptr,
+        _bt_ptr,
         req_ptr,
         pos_ptr,
         cand_ptr,
@@ -335,9 +338,9 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
         q_stride_h,
         w_stride_t,
         n_req,
-        bt_cols,
+        _bt_cols,
         bt_stride_r,
-        num_pages,
+        _num_pages,
         _page_stride,
         cand_stride_t,
         cand_cols,
@@ -354,7 +357,7 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
     scl: gl.constexpr = gl.SliceLayout(2, rl)
     row: gl.constexpr = gl.SliceLayout(1, mma)
     plain2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    t, n_vis, r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
+    t, n_vis, _r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
     j = gl.program_id(1)
     c_first = j * TILES * BLOCK_N
     # consumer 0 folds the queries into shared memory; the others wait for them
@@ -377,78 +380,83 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
     gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
     slot = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
     gslots = gl.zeros([4, 32], gl.uint32, gml)
-    for i in range(CID, TILES, NC):
-        s = i % STAGES
-        c0 = c_first + i * BLOCK_N
-        _page, page_ok = _tile_page(bt_ptr, r_at, entry_base, c0, n_cols, n_vis, bt_cols,
-                                    num_pages, PAGE_SIZE)  # fmt: skip
-        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-        raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
-        raw = raw.load(rl)
-        sc = scale_smem.index(s)._reinterpret(gl.uint8, [BLOCK_N, 4], plain2).load(scl)
-        gl.thread_barrier()
-        mbarrier.arrive(empty.index(s), count=1)
-        sc = sc.to(gl.int32)
-        mk = gl.max(sc, axis=1)
-        mn = gl.min(sc, axis=1)
-        # the factor 2^(d + 15), d = sc - mk, as fp32 bits, then converted to fp16: exact for
-        # the fast path's d in [-32, 0] (normal down to 2^-14, then subnormal down to 2^-17),
-        # so the same fp16 factor as the Triton kernel's; spans with d < -32 are flagged
-        fac = _f16x2_dup(((sc - mk[:, None]) + 142) << 23)
-        fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
-        lw, hw = _e2m1_pair_f16(raw, fac)
-        l0, l1 = _f16x2_halves(lw)
-        h0, h1 = _f16x2_halves(hw)
-        lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op,
-                               assert_trivial=True)  # fmt: skip
-        hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op,
-                               assert_trivial=True)  # fmt: skip
-        # the Triton kernel's two dots: the same instructions in the same order, issued
-        # back to back (one wait)
-        acc = warpgroup_mma(lo, qlo, zero, is_async=True)
-        acc = warpgroup_mma(hi, qhi, acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
-        mkr = gl.convert_layout(mk, row)
-        # the keys' common factor 2^(mk - 136): exact (a power of two on a normal fp32)
-        logit = logit * ((gl.minimum(gl.maximum(mkr, 10), 250) - 9) << 23).to(
-            gl.float32, bitcast=True
-        )
-        cols = c0 + lane_rows
-        valid = (cols < n_cols) & (entry_base + cols < n_vis)
-        # the span's range test (the Triton kernel's `_span_in_fast_range`) on readable keys
-        out_of_range = (gl.convert_layout(mn, row) < mkr - 32) | (mkr < 10) | (mkr > 250)
-        bad = bad | ((valid & page_ok & out_of_range).to(gl.int32) << (i // SPAN))
-        keep = valid
-        if HAS_CAND:
-            entries = entry_base + cols
-            cm = gl.load(cand_ptr + t * cand_stride_t + entries,
-                         mask=valid & (entries < cand_cols), other=0)  # fmt: skip
-            keep = keep & (cm != 0)
-        logit = gl.where(keep, logit, float("-inf"))
-        if OUT_BF16:
-            bmax: gl.constexpr = 3.3895313892515355e38
-            lb = gl.where(logit == float("-inf"), logit,
-                          gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
-            b = lb.to(gl.uint32, bitcast=True)
-            rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
-            gl.store(out_row + cols, rounded.to(gl.int16), mask=cols < n_cols)
-        else:
-            gl.store(out_row + cols, logit, mask=cols < n_cols)
+    # blocks of BT tiles: the group maxima of a block are stored after it (register slots)
+    BT: gl.constexpr = TILES if TILES < 32 else 32
+    for b0 in range(0, TILES, BT):
+        for i in range(b0 + CID, b0 + BT, NC):
+            s = i % STAGES
+            c0 = c_first + i * BLOCK_N
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
+            raw = raw.load(rl)
+            sc = scale_smem.index(s)._reinterpret(gl.uint8, [BLOCK_N, 4], plain2).load(scl)
+            gl.thread_barrier()
+            mbarrier.arrive(empty.index(s), count=1)
+            sc = sc.to(gl.int32)
+            mk = gl.max(sc, axis=1)
+            mn = gl.min(sc, axis=1)
+            # the factor 2^(d + 15), d = sc - mk, as fp32 bits, then converted to fp16: exact for
+            # the fast path's d in [-32, 0] (normal down to 2^-14, then subnormal down to 2^-17),
+            # so the same fp16 factor as the Triton kernel's; spans with d < -32 are flagged
+            fac = _f16x2_dup(((sc - mk[:, None]) + 142) << 23)
+            fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
+            lw, hw = _e2m1_pair_f16(raw, fac)
+            l0, l1 = _f16x2_halves(lw)
+            h0, h1 = _f16x2_halves(hw)
+            lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op,
+                                   assert_trivial=True)  # fmt: skip
+            hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op,
+                                   assert_trivial=True)  # fmt: skip
+            # the Triton kernel's two dots: the same instructions in the same order, issued
+            # back to back (one wait)
+            acc = warpgroup_mma(lo, qlo, zero, is_async=True)
+            acc = warpgroup_mma(hi, qhi, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
+            mkr = gl.convert_layout(mk, row)
+            # the keys' common factor 2^(mk - 136): exact (a power of two on a normal fp32)
+            logit = logit * ((gl.minimum(gl.maximum(mkr, 10), 250) - 9) << 23).to(
+                gl.float32, bitcast=True
+            )
+            cols = c0 + lane_rows
+            valid = (cols < n_cols) & (entry_base + cols < n_vis)
+            # the span's range test (the Triton kernel's `_span_in_fast_range`) on its visible
+            # keys; a tile the producer did not read (no page in the cache) is zero-filled, so its
+            # largest scale byte 0 is out of range too and the Triton kernel scores that span
+            out_of_range = (gl.convert_layout(mn, row) < mkr - 32) | (mkr < 10) | (mkr > 250)
+            bad = bad | ((valid & out_of_range).to(gl.int32) << (i // SPAN))
+            keep = valid
+            if HAS_CAND:
+                entries = entry_base + cols
+                cm = gl.load(cand_ptr + t * cand_stride_t + entries,
+                             mask=valid & (entries < cand_cols), other=0)  # fmt: skip
+                keep = keep & (cm != 0)
+            logit = gl.where(keep, logit, float("-inf"))
+            if OUT_BF16:
+                bmax: gl.constexpr = 3.3895313892515355e38
+                lb = gl.where(logit == float("-inf"), logit,
+                              gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
+                b = lb.to(gl.uint32, bitcast=True)
+                rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+                gl.store(out_row + cols, rounded.to(gl.int16), mask=cols < n_cols)
+            else:
+                gl.store(out_row + cols, logit, mask=cols < n_cols)
+            if HAS_GMAX:
+                # each warp's largest key of its 16 entries, kept in register slot i - b0 (lanes
+                # hold the slots): the maximum over the warps is taken once after the block, so
+                # no barrier is needed per tile
+                key = gl.where(valid, _score_to_key(logit), 0)
+                kw = gl.convert_layout(gl.max(gl.reshape(key, [4, BLOCK_N // 4]), axis=1),
+                                       gl.SliceLayout(1, gml))  # fmt: skip
+                gslots = gl.where(slot[None, :] == i - b0, kw[:, None], gslots)
         if HAS_GMAX:
-            # each warp's largest key of its 16 entries, kept in register slot i (lanes hold
-            # the slots): the maximum over the warps is taken once after the loop, so no
-            # barrier is needed per tile
-            key = gl.where(valid, _score_to_key(logit), 0)
-            kw = gl.convert_layout(gl.max(gl.reshape(key, [4, BLOCK_N // 4]), axis=1),
-                                   gl.SliceLayout(1, gml))  # fmt: skip
-            gslots = gl.where(slot[None, :] == i, kw[:, None], gslots)
-    if HAS_GMAX:
-        # this consumer's tiles only (slot i holds tile i's maximum)
-        gk = gl.max(gslots, axis=0)
-        g = c_first // BLOCK_N + slot
-        gl.store(gmax_ptr + t * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),
-                 mask=(slot < TILES) & (slot % NC == CID) & (g * BLOCK_N < n_cols))  # fmt: skip
+            # this consumer's tiles of the block (slot i - b0 holds tile i's maximum): the
+            # maxima over the warps
+            gk = gl.max(gslots, axis=0)
+            g = c_first // BLOCK_N + b0 + slot
+            gkeep = (slot < BT) & (slot % NC == CID) & (g * BLOCK_N < n_cols)
+            gl.store(gmax_ptr + t * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),
+                     mask=gkeep)  # fmt: skip
     bits = gl.reduce(bad, 0, _bit_or)
     fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     if CID != 0:

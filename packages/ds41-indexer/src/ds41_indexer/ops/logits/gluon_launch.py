@@ -24,11 +24,16 @@ from ds41_cache.paged import PagedCache
 from .triton_kernels import MAX_GRID_Y, TILE, paged_logits_triton
 
 # Program shapes by grid size (rows x spans of GLUON_SPAN tiles), measured on the H200
-# (BENCHMARKS.md, issue 12, seventh round): up to GLUON_SPLIT_PROGRAMS programs, two consumer
-# warpgroups split a program's tiles (one row of 128K entries: 14.7 us against 18.5); from
-# GLUON_WIDE_PROGRAMS, a program takes two spans (-3 to -4% at 64 x 32K .. 256 x 1M)
+# (BENCHMARKS.md, issue 12, seventh and ninth rounds): up to GLUON_SPLIT_PROGRAMS spans, two
+# consumer warpgroups split a program's tiles (one row of 128K entries: 14.7 us against 18.5);
+# from GLUON_WIDE_PROGRAMS spans a program takes two spans, from GLUON_WIDER_PROGRAMS four
+# and from GLUON_WIDEST_PROGRAMS eight (fewer programs, so less setup per tile, while the
+# grid still holds several waves of programs: 64 x 128K -5%, 256 x 1M -7.6% against two)
 GLUON_SPLIT_PROGRAMS = 256
 GLUON_WIDE_PROGRAMS = 2048
+GLUON_WIDER_PROGRAMS = 4096
+GLUON_WIDEST_PROGRAMS = 65536
+GLUON_TILES = (16, 32, 64, 128)
 
 
 @functools.cache
@@ -106,11 +111,15 @@ def paged_logits_gpu(
 def gluon_config(rows: int, spans: int) -> tuple[int, int]:
     """(consumer warpgroups, tiles) of a Gluon program for a call of `rows` rows of `spans`
     spans (GLUON_SPAN tiles each): few programs (one row) take two consumer warpgroups each,
-    many programs take two spans each (one done flag per span). A pure function of the shape
-    (tested on the CPU); the logits are the same bits whichever shape runs."""
+    many programs take two, four or eight spans each (one done flag per span). A pure function
+    of the shape (tested on the CPU); the logits are the same bits whichever shape runs."""
     programs = rows * spans
     if programs <= GLUON_SPLIT_PROGRAMS:
         return 2, TILE[1]
+    if programs >= GLUON_WIDEST_PROGRAMS:
+        return 1, 8 * TILE[1]
+    if programs >= GLUON_WIDER_PROGRAMS:
+        return 1, 4 * TILE[1]
     if programs >= GLUON_WIDE_PROGRAMS:
         return 1, 2 * TILE[1]
     return 1, TILE[1]
@@ -134,7 +143,8 @@ def launch_gluon_logits(
     """Score every span of `out` (as `paged_logits_triton`) on the Gluon kernel's fast path;
     returns `done` int8 [T, spans]: 1 where that was the right path (the span's logits and group
     maxima are final), 0 where the Triton kernel must score the span again. `config`
-    (consumers 1 or 2, tiles 16 or 32) overrides `gluon_config` (the tests run every one)."""
+    (consumers 1 or 2, tiles 16, 32, 64 or 128) overrides `gluon_config` (the tests run every
+    one)."""
     from . import gluon_kernels as gk
 
     t, hi, _di = q.shape
@@ -147,8 +157,8 @@ def launch_gluon_logits(
     if t == 0 or n == 0:
         return done
     consumers, prog_tiles = config if config is not None else gluon_config(t, spans)
-    if consumers not in (1, 2) or prog_tiles not in (span // block_n, 2 * span // block_n):
-        raise ValueError(f"config must be (1 or 2, {tiles} or {2 * tiles}), got {config}")
+    if consumers not in (1, 2) or prog_tiles not in GLUON_TILES:
+        raise ValueError(f"config must be (1 or 2, one of {GLUON_TILES}), got {config}")
     cand = candidates if candidates is not None else out
     grid = (t, -(-n // (block_n * prog_tiles)))
     gk._gluon_logits_kernel[grid](
