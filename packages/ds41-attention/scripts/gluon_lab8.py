@@ -1,7 +1,9 @@
 # mypy: disable-error-code="no-untyped-def"
 """Lab copy of the production Gluon kernel (issue 11, eighth session) with consumer-side
 timing switches (`LAB`, replaced by `gluon_profile.py --variants lab8_<k>[_<n>]`); with
-LAB = 0 it is the production kernel. Timing only for LAB != 0 (outputs meaningless):
+LAB = 0 it is the production kernel as of a09d0a3 (the ninth session's production kernel has a
+shorter prologue and epilogue, same outputs bit for bit). Run on the H200 in the ninth session
+(package README). Timing only for LAB != 0 (outputs meaningless):
 1 = Q.K^T over channels [0, 256) only (half of consumer 0's Q.K^T wgmma and of its shared
 memory reads of Q and K); 2 = consumer 0 skips its P.V wgmma; 3 = consumer 1 skips its P.V
 wgmma; 4 = neither consumer rescales its accumulator (no acc * alpha: 128 FMUL per thread
