@@ -19,8 +19,12 @@ drops, as pipe_dropK). `--sweep-rows` sets the tile sweep's row counts. `--split
 (split) path's checks (planner split at T = 1, 8, 64; with `--check ...,split` also forced
 split counts 2, 7, 32 through `check`) and its times at small T against forced split counts,
 the invariant kernel and the Triton split path. `lab8_<k>[_<n>]`: the eighth session's lab
-copy `gluon_lab8.py` with LAB = k (and LABN = n), timing only for k != 0. A table of kernel
-times (graph replay, us) is printed last.
+copy `gluon_lab8.py` with LAB = k (and LABN = n), timing only for k != 0. `--hidden IMPLS`
+times those again with the host's launch latency hidden (`ds41_attention.bench.LAUNCH_HIDDEN`:
+a GPU busy wait ahead of each sample), rows and tile sweep, beside a graph of one empty kernel
+timed both ways. `--files NAME=PATH` adds a kernel file with the production signature as
+variant NAME. A table of kernel times (graph replay, us) and the sweeps' least-squares fits
+(us per tile, fixed us) are printed last.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from typing import Any
 
 import torch
 
+import ds41_attention.bench as attn_bench
 from ds41_attention.bench import FLASH, make_problem, time_graph
 from ds41_attention.ops.sparse_attention.gluon_launch import (
     kernel_args,
@@ -71,9 +76,10 @@ PROD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "ds
                     "ops", "sparse_attention", "gluon_kernels.py")  # fmt: skip
 PROD_SPECS: dict[str, dict[str, int]] = {
     "sub16": {"SUB": 16},  # 16 keys decoded per step (32 in production since attn7)
-    "nraw3": {"NRAW": 3},  # raw ring of 3 tiles: gathers issued a tile earlier (needs 226 KB
-    # of shared memory with MXFP8 / NVFP4 records; bf16 records do not fit)
-    "p120": {"PRODUCER_REGS": 120},  # consumer 0 gets 216 registers
+    # (nraw3, a raw ring of 3 tiles, measured 1-4% slower in attn7, no longer compiles: the
+    # ninth session's prologue fetches tiles 0 and 1 by hand and asserts NRAW == 2)
+    "p120": {"PRODUCER_REGS": 120},  # consumer 0 gets 216 registers (128 / 208 since attn9)
+    "p136": {"PRODUCER_REGS": 136},  # the split before attn9 (200 for consumer 0)
 }
 # the eighth session's lab copy of the production kernel (`lab8_<k>[_<n>]`: LAB = k, LABN = n)
 LAB8 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab8.py")
@@ -356,6 +362,31 @@ def tile_sweep(impls: dict[str, Any], rows_list: tuple[int, ...] = (1, 132, 528)
     return res
 
 
+def launch_floor() -> float:
+    """Median us of a graph of one one-element kernel, timed as the kernels are."""
+    x = torch.ones(1, device=CUDA)
+    t = time_graph(functools.partial(torch.mul, x, 2.0), CUDA, 20)
+    assert t is not None
+    return round(t * 1e6, 2)
+
+
+def _fits(sweep: list[dict]) -> dict[str, list[float]]:
+    """Least-squares (us per tile, fixed us) of each implementation at each T of a sweep."""
+    out: dict[str, list[float]] = {}
+    for t in sorted({r["T"] for r in sweep}):
+        rs = [r for r in sweep if r["T"] == t]
+        for k in rs[0]:
+            if not k.endswith("_us"):
+                continue
+            xs = [float(r["tiles"]) for r in rs]
+            ys = [float(r[k]) for r in rs]
+            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+            sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+            b = sxy / sum((x - mx) ** 2 for x in xs)
+            out[f"{k[:-3]}@{t}"] = [round(b, 3), round(my - b * mx, 2)]
+    return out
+
+
 def split_sweep() -> list[dict]:
     """Graph-replay times (us) of the fast path at small T: the planner's split count, forced
     split counts, the invariant kernel and the Triton split path."""
@@ -408,6 +439,12 @@ def main() -> None:
     ap.add_argument(
         "--old", default="", help="a previous production gluon_kernels.py, timed / checked as `old`"
     )
+    ap.add_argument("--files", default="",
+                    help="NAME=PATH,...: kernel files with the production signature (e.g. a "
+                         "variant of gluon_kernels.py), timed / checked as NAME")  # fmt: skip
+    ap.add_argument("--hidden", default="",
+                    help="implementations timed again with the host's launch latency hidden "
+                         "(rows and tile sweep; GPU busy wait ahead of each sample)")  # fmt: skip
     a = ap.parse_args()
     spec: dict[str, dict[str, int]] = {
         "ks3": {"PIPE": 0}, "ks2": {"PIPE": 0, "KSTAGES_MAIN": 2},
@@ -453,6 +490,9 @@ def main() -> None:
             impls[n] = functools.partial(launch_gluon_fast, splits=int(n[7:]))
         else:
             impls[n] = functools.partial(launch_lab, load_variant(n, **spec[n]))
+    for spec_f in filter(None, a.files.split(",")):
+        fname, _, fpath = spec_f.partition("=")
+        impls[fname] = functools.partial(launch_prod_like, load_variant(fname, fpath))
     split_impls: dict[str, Any] = {}
     if a.split and "split" in a.check.split(","):
         split_impls = {f"split{s}": functools.partial(launch_gluon_fast, splits=s)
@@ -477,15 +517,38 @@ def main() -> None:
     sweep_rows = tuple(int(r) for r in a.sweep_rows.split(","))
     sweep = tile_sweep(swept, sweep_rows) if a.tile_sweep else []
     ssweep = split_sweep() if a.split else []
+    hid = {n: impls[n] for n in a.hidden.split(",") if n in impls}
+    hres: list[dict] = []
+    hsweep: list[dict] = []
+    floor = {"included": launch_floor()}
+    if hid:
+        attn_bench.LAUNCH_HIDDEN = True
+        floor["hidden"] = launch_floor()
+        print("launch hidden", flush=True)
+        hres = bench(hid, rows, {})
+        hsweep = tile_sweep(hid, sweep_rows) if a.tile_sweep else []
+        attn_bench.LAUNCH_HIDDEN = False
+    print(f"empty kernel graph, us: {json.dumps(floor)}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rows": res, "tile_sweep": sweep, "split_sweep": ssweep}, f, indent=1)
+            json.dump({"rows": res, "tile_sweep": sweep, "split_sweep": ssweep,
+                       "hidden_rows": hres, "hidden_tile_sweep": hsweep, "empty_kernel_us": floor},
+                      f, indent=1)  # fmt: skip
     print("| T | " + " | ".join(impls) + " |")
     for r in res:
         cells = " | ".join(
             f"{r[n + '_us']:.1f} ({r[n + '_tflops']:.0f})" if n + "_us" in r else "-" for n in impls
         )
         print(f"| {r['T']} | {cells} |")
+    if hres:
+        print("launch hidden: | T | " + " | ".join(hid) + " |")
+        for r in hres:
+            cells = " | ".join(f"{r[n + '_us']:.1f} ({r[n + '_tflops']:.0f})" for n in hid)
+            print(f"| {r['T']} | {cells} |")
+    for name, sw in (("tile sweep", sweep), ("tile sweep, launch hidden", hsweep)):
+        fits = _fits(sw)
+        if fits:
+            print(f"{name}: us per tile + fixed: {json.dumps(fits)}")
 
 
 if __name__ == "__main__":

@@ -8,19 +8,25 @@ no split over keys, configuration fixed for (H, D); records are decoded in the k
 gathered bf16 copy); a row's bits do not depend on the other rows.
 
 Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three warpgroups,
-`gl.warp_specialize`, registers re-balanced to 200 / 168 / 136):
+`gl.warp_specialize`, registers re-balanced to 208 / 168 / 128):
 - producer (4 warps): gathers the records (data and scale bytes) of the tiles NRAW ahead with
   16-byte cp.async into a raw ring (the slot indices one tile further ahead); keys outside the
   row or with a bad slot are masked copies, which zero-fill, so they decode to zeros. It
   decodes each tile into bf16 K tiles in NVMMA-swizzled shared memory (KS stages, two halves
-  of D in channel order) and signals the stage's mbarrier. It also stores Q once.
+  of D in channel order) and signals the stage's mbarrier. It also copies Q once, by cp.async
+  before anything else; in invariant mode the slot indices of the first three tiles are
+  loaded beside the row's lengths (which columns a tile holds follows from them), so a
+  program's first gathers wait for one global load, not three in a row.
 - consumer 0 (4 warps, a 64x256 fp32 accumulator for channels [0, 256)): Q.K^T of the whole
   tile (wgmma from shared memory; the product of tile j + 1 is issued before the softmax of
-  tile j so the tensor cores run during it), the online softmax, P (bf16) and the rescale
-  factor into shared memory for consumer 1 (double buffered), P.V over its half with P from
-  registers; it writes lse and the denominators for consumer 1.
+  tile j so the tensor cores run during it; the last tile is peeled off the loop, so no
+  product is issued after it), the online softmax, P (bf16) and the rescale factor into
+  shared memory for consumer 1 (double buffered), P.V over its half with P from registers;
+  it writes lse and the denominators for consumer 1.
 - consumer 1 (4 warps, channels [256, 512)): rescale, P.V with P from shared memory.
-A K stage is free again when both consumers arrived on its mbarrier.
+A K stage is free again when both consumers arrived on its mbarrier. The output is acc /
+denominator as div.full.f32 computes it, from one reciprocal per head (bitwise the same as
+the per-element division sequence, ~4 fewer instructions per element).
 
 Split mode (constexpr SPLIT, the fast path; grid (T, head blocks, S)): program sp walks the
 contiguous slice [sp n / S, (sp + 1) n / S) of its row's n tiles with the same pipeline and
@@ -64,7 +70,10 @@ GLUON_KSTAGES = 3  # K stages (2 when a cache holds bf16 records: their raw ring
 GLUON_RAW_STAGES = 2
 # Register split: the launch caps every thread at GLUON_MAXNREG (12 warps x 32 x 168 fit the
 # 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 168, the
-# producer to 136, and Triton gives the default partition (consumer 0) what is left: 200.
+# producer to 128, and Triton gives the default partition (consumer 0) what is left: 208
+# (at 136 / 200 the ninth session's consumer 0, with its last tile peeled off the loop, made
+# ptxas spill a shared address that the producer's loop then reloaded every tile; at 128 /
+# 208 nothing spills, offline compile of every format pair)
 GLUON_MAXNREG = 168
 D = gl.constexpr(GLUON_D)
 HALF = gl.constexpr(GLUON_D // 2)
@@ -74,7 +83,7 @@ NRAW = gl.constexpr(GLUON_RAW_STAGES)
 SUB = gl.constexpr(32)  # keys decoded per step: 32 measured 3-5% faster than 16 (more independent
 # work per step for the producer's one warp per scheduler; no spills, H200 attention_s7_call2)
 C1_REGS = gl.constexpr(168)
-PRODUCER_REGS = gl.constexpr(136)
+PRODUCER_REGS = gl.constexpr(128)
 
 
 @gluon.jit
@@ -95,6 +104,37 @@ def _tile_slots(i, n_w, end, swa_row, swa_len, comp_row, comp_len, w_slots, c_sl
         ok = ok | (in_c & (sc < c_slots))
     valid = ok & (slots >= 0) & (i < end)
     return gl.maximum(slots, 0).to(gl.int64), valid
+
+
+@gluon.jit
+def _first_slots(i, n_w, end, w_spec, c0, c1, c2, swa_len, comp_len, w_slots, c_slots,
+                 HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """`_tile_slots` of the row's tile i <= NRAW (invariant mode) from slot vectors loaded
+    before the row's lengths were known: `w_spec` the window slots of tile i (columns < W),
+    c0 / c1 / c2 those of the row's compressed tiles 0 / 1 / 2 (columns < K). The same
+    (slot, validity) as `_tile_slots`, without its loads waiting for the lengths."""
+    offs = gl.arange(0, BLOCK_N, layout=layout)
+    jw = i * BLOCK_N + offs
+    in_w = jw < swa_len
+    slots = gl.where(in_w, w_spec, -1)
+    ok = in_w & (slots < w_slots)
+    if HAS_COMP:
+        ci = i - n_w
+        jc = ci * BLOCK_N + offs
+        in_c = (jc >= 0) & (jc < comp_len)
+        sc = gl.where(in_c, gl.where(ci == 0, c0, gl.where(ci == 1, c1, c2)), -1)
+        slots = gl.where(in_c, sc, slots)
+        ok = ok | (in_c & (sc < c_slots))
+    valid = ok & (slots >= 0) & (i < end)
+    return gl.maximum(slots, 0).to(gl.int64), valid
+
+
+@gluon.jit
+def _spec_load(row, i, n, layout: gl.constexpr):
+    """Slot vector of columns [i BLOCK_N, (i + 1) BLOCK_N) of a slot table row of n columns
+    (-1 past its end), loaded without the row's length."""
+    cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=layout)
+    return gl.load(row + cols, mask=cols < n, other=-1)
 
 
 @gluon.constexpr_function
@@ -339,27 +379,63 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     t = gl.program_id(0).to(gl.int64)
     hb = gl.program_id(1)
     row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    swa_len, n_w, comp_len, lo, n, end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
-                                                      num_splits, HAS_COMP, SPLIT)  # fmt: skip
-    swa_row = swa_ptr + t * stride_swa_t
-    comp_row = comp_ptr + t * stride_comp_t
-    # program tile i is the row's tile lo + i
-    sl_n, ok_n = _tile_slots(lo + NRAW, n_w, end, swa_row, swa_len, comp_row, comp_len,
-                             w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
-    for r in gl.static_range(NRAW):
-        sl_r, ok_r = _tile_slots(lo + r, n_w, end, swa_row, swa_len, comp_row, comp_len,
-                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
-        _fetch(r, lo + r, n_w, sl_r, ok_r, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
-               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
-    # Q as 2 [64, 256] halves in channel order
+    gl.static_assert(NRAW == 2, "the prologue fetches tiles 0 and 1 and keeps tile 2's slots")
+    # Q as 2 [64, 256] halves in channel order, by cp.async in its own group, first: nothing it
+    # waits for (the loop's first wait_group covers it; heads >= H zero-filled)
     ql: gl.constexpr = _dec_layout()
     heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ql))
     hmask = heads < H
     cq = gl.arange(0, 256, layout=gl.SliceLayout(0, ql))
     for h in gl.static_range(2):
-        qv = gl.load(q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + cq[None, :],
-                     mask=hmask[:, None], other=0.0)  # fmt: skip
-        q_smem.index(h).store(qv)
+        async_copy.async_copy_global_to_shared(
+            q_smem.index(h),
+            q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + cq[None, :],
+            mask=hmask[:, None],
+        )
+    async_copy.commit_group()
+    swa_row = swa_ptr + t * stride_swa_t
+    comp_row = comp_ptr + t * stride_comp_t
+    if SPLIT:
+        swa_len, n_w, comp_len, lo, n, end = _row_lengths(
+            t, swa_lens_ptr, W, comp_lens_ptr, K, num_splits, HAS_COMP, SPLIT
+        )
+        # program tile i is the row's tile lo + i
+        sl_0, ok_0 = _tile_slots(lo, n_w, end, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        sl_1, ok_1 = _tile_slots(lo + 1, n_w, end, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        sl_n, ok_n = _tile_slots(lo + 2, n_w, end, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+    else:
+        # the slots of tiles 0..2 are loaded beside the lengths, not after them: the window
+        # columns of tiles 0..2 and the compressed columns of compressed tiles 0..2 (which
+        # of them a tile holds follows from the window length)
+        w0 = _spec_load(swa_row, 0, W, row_l)
+        w1 = _spec_load(swa_row, 1, W, row_l)
+        w2 = _spec_load(swa_row, 2, W, row_l)
+        if HAS_COMP:
+            c0 = _spec_load(comp_row, 0, K, row_l)
+            c1 = _spec_load(comp_row, 1, K, row_l)
+            c2 = _spec_load(comp_row, 2, K, row_l)
+        else:
+            c0 = w0
+            c1 = w0
+            c2 = w0
+        swa_len, n_w, comp_len, lo, n, end = _row_lengths(
+            t, swa_lens_ptr, W, comp_lens_ptr, K, num_splits, HAS_COMP, SPLIT
+        )
+        sl_0, ok_0 = _first_slots(0, n_w, end, w0, c0, c1, c2, swa_len, comp_len, w_num_slots,
+                                  c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        sl_1, ok_1 = _first_slots(1, n_w, end, w1, c0, c1, c2, swa_len, comp_len, w_num_slots,
+                                  c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        sl_n, ok_n = _first_slots(2, n_w, end, w2, c0, c1, c2, swa_len, comp_len, w_num_slots,
+                                  c_num_slots, HAS_COMP, row_l)  # fmt: skip
+    _fetch(0, lo, n_w, sl_0, ok_0, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+           w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+    _fetch(1, lo + 1, n_w, sl_1, ok_1, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+           w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+    # Q (the oldest of the 3 groups in flight) landed before tile 0's records, issued later
+    async_copy.wait_group(2)
     fence_async_shared()
     gl.thread_barrier()
     mbarrier.arrive(bars.index(0), count=1)
@@ -416,6 +492,23 @@ def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
     p = gl.exp(s - m_safe[:, None])
     l_new = l_i * alpha + gl.sum(p, 1)
     return p.to(gl.bfloat16), alpha, m_new, l_new
+
+
+@gluon.jit
+def _softmax_handoff(s, j, kval, p_smem, x_smem, bars, m_i, l_i, scale, mma_s: gl.constexpr,
+                     mma_o: gl.constexpr, PF: gl.constexpr):  # fmt: skip
+    """Consumer 0's online softmax of its tile j and the hand-off of P (bf16) and the rescale
+    factor to consumer 1 (P buffer j % 2, free once consumer 1 finished tile j - 2); returns
+    (P, rescale factor in the accumulator's row layout, new max, new sum)."""
+    ps = j % 2
+    p16, alpha, m_i, l_i = _softmax(s, kval, m_i, l_i, scale, mma_s)
+    mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
+    p_smem.index(ps).store(p16)
+    x_smem.index(ps).store(alpha)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(PF + ps), count=1)
+    return p16, gl.convert_layout(alpha, gl.SliceLayout(1, mma_o)), m_i, l_i
 
 
 @gluon.jit
@@ -476,28 +569,30 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     mbarrier.wait(bars.index(0), 0)
     mbarrier.wait(bars.index(1), 0)
     s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, 0, mma_s)])
-    for j in range(0, n):
+    for j in range(0, n - 1):
         js = j % KS
-        ps = j % 2
-        # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax (the
-        # last tile repeats its own stage, result unused)
-        has_next = j + 1 < n
-        jn = gl.where(has_next, (j + 1) % KS, js)
-        mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1, pred=has_next)
+        # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax
+        jn = (j + 1) % KS
+        mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1)
         s_tok = _qk(q_smem, k_smem, jn, mma_s)
-        p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
-        mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
-        p_smem.index(ps).store(p16)
-        x_smem.index(ps).store(alpha)
-        fence_async_shared()
-        gl.thread_barrier()
-        mbarrier.arrive(bars.index(PF + ps), count=1)
-        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+        p16, alpha_o, m_i, l_i = _softmax_handoff(
+            s_cur, j, kval_smem.index(js), p_smem, x_smem, bars, m_i, l_i, scale, mma_s, mma_o, PF
+        )
         tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
                             acc * alpha_o[:, None], is_async=True)  # fmt: skip
         acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
         gl.thread_barrier()
         mbarrier.arrive(bars.index(1 + KS + js), count=1)
+    # the last tile: no look-ahead product (its tensor-core time would delay this P.V)
+    jl = n - 1
+    js = jl % KS
+    p16, alpha_o, m_i, l_i = _softmax_handoff(s_cur, jl, kval_smem.index(js), p_smem, x_smem,
+                                              bars, m_i, l_i, scale, mma_s, mma_o, PF)  # fmt: skip
+    tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
+                        acc * alpha_o[:, None], is_async=True)  # fmt: skip
+    acc = warpgroup_mma_wait(0, deps=[tok])
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(1 + KS + js), count=1)
 
     oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
     omask = oheads < H
@@ -524,9 +619,23 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
 
 
 @gluon.jit
+def _rcp_approx(x):
+    """rcp.approx.ftz.f32 (MUFU.RCP): the reciprocal inside div.full.f32's sequence."""
+    return gl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x],
+                                     dtype=gl.float32, is_pure=True, pack=1)  # fmt: skip
+
+
+@gluon.jit
 def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C: gl.constexpr,
                mma_o: gl.constexpr):  # fmt: skip
-    o = gl.where(denom[:, None] > 0.0, acc / denom[:, None], 0.0).to(gl.bfloat16)
+    # acc / denom exactly as div.full.f32 computes it, with one reciprocal per head instead of
+    # one division sequence per element (bitwise the same): both operands scaled by 1/4 when
+    # |denom| > 2^126, by 2^24 when |denom| < 2^-126, then acc * rcp.approx(denom)
+    ad = gl.abs(denom)
+    c = gl.where(ad > 2.0**126, 0.25, gl.where(ad < 2.0**-126, 16777216.0, 1.0))
+    r = _rcp_approx(denom * c)
+    q = (acc * c[:, None]) * r[:, None]
+    o = gl.where(denom[:, None] > 0.0, q, 0.0).to(gl.bfloat16)
     oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
     oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
     ptrs = out_ptr + t * stride_ot + oheads[:, None] * stride_oh + C * 256 + oc[None, :]
