@@ -112,3 +112,17 @@ def test_triton_mask_is_the_torch_mask(
     got = candidate_blocks(logits.to(dev), nv.to(dev), topk_blocks, bs, backend="triton")
     want = candidate_blocks(logits, nv, topk_blocks, bs, backend="torch")
     assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.gpu
+def test_gpu_long_rows_mask_is_the_torch_mask() -> None:
+    """V4.1's candidate geometry (2,048 blocks of 8) on rows up to 1M entries."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(5)
+    n = (1 << 20) + 5
+    logits = torch.randn(4, n, device=dev, generator=g)
+    logits[1, ::3] = float("-inf")
+    nv = torch.tensor([n, 700_001, 16_000, 9], dtype=torch.int32, device=dev)
+    got = candidate_blocks(logits, nv, 2048, 8, backend="triton")
+    assert torch.equal(got, candidate_blocks(logits, nv, 2048, 8, backend="torch"))
+    assert int(got[0].sum()) == 2048 * 8 and int(got[3].sum()) == 9
