@@ -17,6 +17,24 @@ QUANTIZED = ["mxfp8", "nvfp4", "mxfp4", "fp8_index"]
 BLOCK = {"mxfp8": 32, "nvfp4": 16, "mxfp4": 32}
 
 
+def backend_device(backend: str) -> torch.device:
+    """The Triton backend runs on CUDA tensors where a GPU is present (the interpreter
+    otherwise); the torch backend on the CPU."""
+    return torch.device("cuda" if backend == "triton" and torch.cuda.is_available() else "cpu")
+
+
+def enc(fmt: str, x: torch.Tensor, backend: str, **kw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """`encode` on the backend's device, the result back on the CPU."""
+    data, scales = encode(fmt, x.to(backend_device(backend)), backend=backend, **kw)
+    return data.cpu(), scales.cpu()
+
+
+def dec(fmt: str, data: torch.Tensor, scales: torch.Tensor, backend: str) -> torch.Tensor:
+    """`decode` on the backend's device, the result back on the CPU."""
+    dev = backend_device(backend)
+    return decode(fmt, data.to(dev), scales.to(dev), backend=backend).cpu()
+
+
 # ---------------------------------------------------------------- independent reference (numpy)
 
 
@@ -141,7 +159,7 @@ def encode_np(fmt: str, x: torch.Tensor, backend: str) -> tuple[np.ndarray, np.n
 def test_e4m3_table_decodes_every_code(backend: str) -> None:
     codes = torch.tensor(E4M3_CODES + [0x00, 0x80], dtype=torch.uint8)  # 256 bytes
     scales = torch.full((1, 8), 127, dtype=torch.uint8)  # 2^0
-    out = decode("mxfp8", codes[None], scales, backend=backend)
+    out = dec("mxfp8", codes[None], scales, backend)
     expect = torch.tensor([e4m3_value(c) for c in codes.tolist()], dtype=torch.float64)
     assert torch.equal(bits(out[0]), bits(expect.to(torch.bfloat16)))
     # fp8 cross-check against torch's own e4m3fn interpretation
@@ -155,14 +173,14 @@ def test_e4m3_every_value_encodes_to_its_code(backend: str) -> None:
     blocks = [vals[i : i + 31] + [448.0] for i in range(0, len(vals), 31)]
     blocks[-1] += [448.0] * (32 - len(blocks[-1]))
     x = torch.tensor([v for b in blocks for v in b], dtype=torch.float32)[None]
-    data, scales = encode("mxfp8", x, backend=backend)
+    data, scales = enc("mxfp8", x, backend)
     assert (scales == 127).all()
     want = [c for i in range(0, len(E4M3_CODES), 31) for c in E4M3_CODES[i : i + 31] + [0x7E]]
     want += [0x7E] * (x.shape[1] - len(want))
     assert data[0].tolist() == want
     # and per-row scaled fp8 index keys: amax 448 -> scale 1
     xi = torch.tensor(vals + [448.0, -448.0], dtype=torch.float32)[None]
-    di, si = encode("fp8_index", xi, backend=backend)
+    di, si = enc("fp8_index", xi, backend)
     assert di[0].tolist() == E4M3_CODES + [0x7E, 0xFE]
     assert si.view(torch.float32).item() == 1.0
 
@@ -177,7 +195,7 @@ def test_e2m1_table_decodes_every_code(backend: str) -> None:
         [E2M1_TABLE[b & 15] for b in range(256) for b in (b, b >> 4)], dtype=torch.float64
     )
     for fmt, sc in (("nvfp4", one_e4m3), ("mxfp4", one_ue8m0)):
-        out = decode(fmt, data, sc, backend=backend)
+        out = dec(fmt, data, sc, backend)
         assert torch.equal(bits(out[0]), bits(expect.to(torch.bfloat16))), fmt
 
 
@@ -187,7 +205,7 @@ def test_e2m1_every_value_encodes_to_its_code(fmt: str, backend: str) -> None:
     # A block holding 6.0 gets scale 1 in both formats (nvfp4: e4m3(6/6); mxfp4: 2^0).
     vals = torch.tensor(E2M1_TABLE, dtype=torch.float32)  # codes 0..15 (code 8 is -0.0)
     x = torch.cat([vals, vals]).reshape(1, 32)
-    data, scales = encode(fmt, x, backend=backend)
+    data, scales = enc(fmt, x, backend)
     assert scales[0].tolist() == ([0x38, 0x38] if fmt == "nvfp4" else [127])
     codes = [b >> s & 15 for b in data[0].tolist() for s in (0, 4)]
     assert codes == list(range(16)) * 2
@@ -206,7 +224,7 @@ def test_e2m1_ties_round_to_even(fmt: str, backend: str) -> None:
     row = vals[:15] + [6.0] + vals[15:] + [6.0]
     expect = expect[:15] + [7] + expect[15:] + [7]
     x = torch.tensor(row, dtype=torch.float32)[None]
-    data, scales = encode(fmt, x, backend=backend)
+    data, scales = enc(fmt, x, backend)
     assert scales[0].tolist() == ([0x38, 0x38] if fmt == "nvfp4" else [127])
     codes = [b >> s & 15 for b in data[0].tolist() for s in (0, 4)]
     assert codes == expect  # -0.1 rounds to zero and keeps its sign: code 8
@@ -219,25 +237,25 @@ def test_e2m1_ties_round_to_even(fmt: str, backend: str) -> None:
 def test_amax_floors_and_zero_blocks(backend: str) -> None:
     tiny = torch.full((1, 64), 3e-9)
     tiny[0, 32:] = 0.0
-    d8, s8 = encode("mxfp8", tiny, backend=backend)
+    d8, s8 = enc("mxfp8", tiny, backend)
     # amax floored at 1e-4: e = ceil(log2(1e-4 / 448)) = -22 -> byte 105, both blocks
     assert s8[0].tolist() == [105, 105]
     assert d8[0, :32].tolist() == ref_e4m3(np.full(32, np.float32(3e-9) * 2.0**22)).tolist()
     assert (d8[0, 32:] == 0).all()
-    d4, s4 = encode("nvfp4", tiny, backend=backend)
+    d4, s4 = enc("nvfp4", tiny, backend)
     assert s4[0].tolist() == [0x01] * 4  # amax/6 clamped to 2^-9, the smallest e4m3 value
     assert (d4 == 0).all()  # 3e-9 / 2^-9 rounds to 0
-    dm, sm = encode("mxfp4", tiny, backend=backend)
+    dm, sm = enc("mxfp4", tiny, backend)
     # 3e-9/6 = 2^-30.9 -> e = -30 for the first block; the zero block is floored at 6*2^-126 -> e = -126
     assert sm[0].tolist() == [127 - 30, 1]
     # 3e-9 * 2^30 = 3.22 -> 3.0 (code 5) in both nibbles
     assert dm[0, :16].tolist() == [0x55] * 16 and (dm[0, 16:] == 0).all()
     zero = torch.zeros(2, 64)
-    di, si = encode("fp8_index", zero, backend=backend)
+    di, si = enc("fp8_index", zero, backend)
     assert (di == 0).all() and (si.view(torch.float32) == 2.0**-22).all()
     for fmt in FORMATS:
-        data, scales = encode(fmt, zero, backend=backend)
-        assert (decode(fmt, data, scales, backend=backend) == 0).all(), fmt
+        data, scales = enc(fmt, zero, backend)
+        assert (dec(fmt, data, scales, backend) == 0).all(), fmt
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -245,24 +263,24 @@ def test_saturation(backend: str) -> None:
     # nvfp4: amax 6.2 -> scale e4m3(6.2/6) = 1.0, so 6.2/1.0 saturates to 6 (code 7)
     x = torch.full((1, 32), 0.3)
     x[0, 0], x[0, 1], x[0, 16] = 6.2, -6.2, 6.2
-    data, scales = encode("nvfp4", x, backend=backend)
+    data, scales = enc("nvfp4", x, backend)
     assert scales[0].tolist() == [0x38, 0x38]
     assert data[0, 0].item() == (7 | (15 << 4))
-    out = decode("nvfp4", data, scales, backend=backend)
+    out = dec("nvfp4", data, scales, backend)
     assert out[0, :2].tolist() == [6.0, -6.0]
     # e4m3: values just under 448 round up to the largest finite code, never to NaN
     top = torch.full((1, 32), 1.0)
     top[0, 0], top[0, 1] = 447.9, -447.99
-    d, s = encode("mxfp8", top, backend=backend)
+    d, s = enc("mxfp8", top, backend)
     assert s[0].tolist() == [127] and d[0, :2].tolist() == [0x7E, 0xFE]
     # data spanning float32's range: no NaN codes, and each block's max code lands in [224, 448]
     wide = sample(6, 64, seed=3) * 1e30
-    d, _ = encode("mxfp8", wide, backend=backend)
+    d, _ = enc("mxfp8", wide, backend)
     assert not ((d & 0x7F) == 0x7F).any()
     block_max = (d & 0x7F).reshape(6, 2, 32).amax(-1)
     live = wide.abs().reshape(6, 2, 32).amax(-1) >= 1e-4
     assert (block_max[live] >= 0x76).all()  # 0x76 = 224
-    d, _ = encode("fp8_index", wide, backend=backend)
+    d, _ = enc("fp8_index", wide, backend)
     assert not ((d & 0x7F) == 0x7F).any() and ((d & 0x7F).amax(-1) >= 0x76).all()
 
 
@@ -328,7 +346,7 @@ def random_records(fmt: str, n: int, d: int, seed: int) -> tuple[torch.Tensor, t
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_decode_is_float64_code_times_scale(fmt: str, backend: str) -> None:
     data, scales = random_records(fmt, 4, 512 if backend == "torch" else 64, seed=5)
-    out = decode(fmt, data, scales, backend=backend)
+    out = dec(fmt, data, scales, backend)
     assert out.dtype == torch.bfloat16
     assert torch.equal(bits(out), bits(ref_decode(fmt, data, scales)))
 
@@ -365,10 +383,10 @@ def test_non_finite_rejected(bad: float, backend: str) -> None:
     x = sample(3, 64, seed=4)
     x[2, 17] = bad
     with pytest.raises(ValueError, match="finite"):
-        encode("mxfp8", x, backend=backend)
+        enc("mxfp8", x, backend)
     with pytest.raises(ValueError, match="finite"):
-        quantize_dequantize("mxfp4", x, backend=backend)
-    encode("mxfp8", x, backend=backend, check_finite=False)  # opt-out does not raise
+        quantize_dequantize("mxfp4", x.to(backend_device(backend)), backend=backend)
+    enc("mxfp8", x, backend, check_finite=False)  # opt-out does not raise
 
 
 def test_input_errors() -> None:
