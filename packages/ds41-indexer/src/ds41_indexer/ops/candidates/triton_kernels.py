@@ -18,7 +18,9 @@ from ds41_cache.ops.codec.triton_jit import bf16_bits_to_f32
 from ..topk.triton_kernels import EmptyFn, index_topk_triton
 
 BLOCKS_PER_PROGRAM = 64
-"""Blocks one program of either kernel covers."""
+"""Blocks one program of either kernel covers (more on rows of over 4M blocks)."""
+MAX_GRID_Y = 65535
+"""CUDA's limit on a grid's second dimension."""
 
 
 @triton.jit
@@ -83,6 +85,8 @@ def candidate_blocks_triton(
     nb = -(-n // block_size)
     bs_p2 = triton.next_power_of_2(block_size)
     block_b = max(1, min(BLOCKS_PER_PROGRAM, 4096 // bs_p2))
+    while triton.cdiv(nb, block_b) > MAX_GRID_Y:  # very long rows: more blocks per program
+        block_b *= 2
     grid = (t, triton.cdiv(nb, block_b))
     nv = n_visible.contiguous()
     scores = empty((t, nb), torch.float32, dev)
