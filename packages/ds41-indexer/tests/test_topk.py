@@ -26,7 +26,12 @@ def run(
     # Small chunks force several merge levels at test sizes (the interpreter pays per program).
     if chunk is not None:
         chunk = max(chunk, 2 * k_pad_of(k), 64)
-    return index_topk_triton(logits.contiguous(), nv, k, empty, chunk=chunk, split=split)
+    # CUDA tensors where a GPU is present (the kernels' real target), else the interpreter's
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    out = index_topk_triton(
+        logits.contiguous().to(dev), nv.to(dev), k, empty, chunk=chunk, split=split
+    )
+    return out.cpu()
 
 
 def tie_rows(n: int, seed: int) -> torch.Tensor:
@@ -91,7 +96,8 @@ def test_triton_default_chunk_and_bf16_input() -> None:
     g = torch.Generator().manual_seed(4)
     logits = torch.randn(2, 5000, generator=g).to(torch.bfloat16)
     nv = torch.tensor([5000, 4097], dtype=torch.int32)
-    got = index_topk(logits, nv, 20, backend="triton")
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    got = index_topk(logits.to(dev), nv.to(dev), 20, backend="triton").cpu()
     assert torch.equal(got, brute_topk_rows(logits.float(), nv, 20))
     assert torch.equal(got, index_topk(logits, nv, 20, backend="torch"))
 
