@@ -12,6 +12,9 @@ from collections.abc import Callable
 from functools import partial
 
 import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
 
 from ds41_cache.compressor import Compressor
 from ds41_cache.ops.norm.triton_kernels import launch_rms_norm
@@ -39,7 +42,32 @@ def graph_us(fn: Callable[[], object], reps: int = 50, inner: int = 20) -> float
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e3 / inner)
-    return statistics.median(times)
+    return float(statistics.median(times))
+
+
+@triton.jit
+def _exp_kernel(x_ptr, approx_ptr, precise_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n
+    x = tl.load(x_ptr + offs, mask=ok, other=0.0)
+    tl.store(approx_ptr + offs, tl.math.exp(x), mask=ok)
+    tl.store(precise_ptr + offs, libdevice.exp(x), mask=ok)
+
+
+def exp_mismatches(dev: torch.device) -> dict[str, object]:
+    """16.8M arguments in [-40, 0] (the pooling's range): how many of each Triton exp's
+    results differ from torch.exp's."""
+    g = torch.Generator(device=dev).manual_seed(1)
+    x = -torch.rand(1 << 24, device=dev, generator=g) * 40
+    approx, precise = torch.empty_like(x), torch.empty_like(x)
+    _exp_kernel[(triton.cdiv(x.numel(), 1024),)](x, approx, precise, x.numel(), BLOCK=1024)
+    ref = torch.exp(x)
+    return {
+        "op": "exp vs torch.exp",
+        "rows": x.numel(),
+        "tl.math.exp differs": int((approx != ref).sum()),
+        "libdevice.exp differs": int((precise != ref).sum()),
+    }
 
 
 def main() -> None:
@@ -47,7 +75,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     dev = torch.device("cuda")
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, object]] = [exp_mismatches(dev)]
     g = torch.Generator(device=dev).manual_seed(0)
     for ratio in (1, 2):
         for t in (1, 64, 4096):
