@@ -18,7 +18,7 @@ lab kernel, then single launches of each program shape; every timed result is co
 bitwise with the Triton kernel (`same`: logits, group maxima, every span done).
 
     python packages/ds41-indexer/scripts/issue12/gluon10_lab.py --json out.json
-        [--sizes 64:32768,...] [--iters 7] [--quick]
+        [--sizes 64:32768,...] [--iters 7] [--quick] [--launch-hidden] [--no-flags]
 """
 
 from __future__ import annotations
@@ -216,11 +216,14 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=7)
     ap.add_argument("--sizes", default="256:1048576,64:131072,64:32768,256:131072,1:131072")
     ap.add_argument("--quick", action="store_true", help="the dispatched pair only")
+    ap.add_argument("--launch-hidden", action="store_true", help="bench.LAUNCH_HIDDEN timing")
+    ap.add_argument("--no-flags", action="store_true", help="skip the flag checks")
     a = ap.parse_args()
+    bench.LAUNCH_HIDDEN = a.launch_hidden
     gen = torch.Generator(device=DEV).manual_seed(0)
     lab = load_lab()
     res: dict[str, object] = {"device": torch.cuda.get_device_name()}
-    res["flags_ok"] = flag_checks(lab, gen)
+    res["flags_ok"] = True if a.no_flags else flag_checks(lab, gen)
     for size in a.sizes.split(","):
         run_size(lab, size, gen, a.iters, a.quick, res)
         torch.cuda.empty_cache()

@@ -11,7 +11,8 @@
 #    package's dispatched logits against the same with the lab kernel (and single launches of
 #    each program shape) at 256 x 1M, 64 x 128K, 64 x 32K, 256 x 128K, 1 x 128K, every timed
 #    result bitwise the Triton kernel's. Exit status 1 if any check failed.
-# About 60 s cold start + ~110 s tests + ~150 s lab.
+# 3. the one-row sizes again with the launch hidden (bench.LAUNCH_HIDDEN).
+# About 60 s cold start + ~110 s tests + ~150 s lab + ~25 s.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 S=packages/ds41-indexer/scripts/issue12
@@ -26,4 +27,9 @@ t1=$(date +%s)
 timeout ${LAB_S:-220} python3 $S/gluon10_lab.py --json $OUT/lab.json --iters ${ITERS:-7} \
   > $OUT/lab.log 2>&1
 echo "lab rc=$? $(( $(date +%s) - t1 )) s"
+t2=$(date +%s)
+timeout ${HID_S:-40} python3 $S/gluon10_lab.py --json $OUT/lab_hidden.json --iters 11 --no-flags \
+  --launch-hidden --sizes 1:131072,1:1048576 > $OUT/lab_hidden.log 2>&1
+echo "lab (launch hidden, one row) rc=$? $(( $(date +%s) - t2 )) s"
 grep -E "flags|same=|failed" $OUT/lab.log | cut -c1-170
+echo "== launch hidden"; grep -E "same=|failed" $OUT/lab_hidden.log | cut -c1-170
