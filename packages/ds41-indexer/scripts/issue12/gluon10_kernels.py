@@ -1,11 +1,12 @@
 # mypy: disable-error-code="no-untyped-def"
 """Issue 12, ninth session, round 2 (helper idx9b): a LAB copy of the package's Gluon logits
-kernel (`ops/logits/gluon_kernels.py` at main 946777b) with one knob, not production.
+kernel (`ops/logits/gluon_kernels.py` at main 946777b) with knobs, not production; every knob
+off is the package's kernel (the same SASS).
 
-PFAC (constexpr, default False = the package's kernel, the same SASS): the MXFP4 block scale
-factors are computed once per key by the producer warp instead of four times over in the
-consumer lanes that share a key (every key's 4 scale bytes sit, replicated, in the 4 lanes
-whose A-operand registers hold its row). With PFAC:
+PFAC (constexpr, default False): the MXFP4 block scale factors are computed once per key by
+the producer warp instead of four times over in the consumer lanes that share a key (every
+key's 4 scale bytes sit, replicated, in the 4 lanes whose A-operand registers hold its row).
+With PFAC:
 - producer, per tile i: the same cp.async gather of the 4,096 key bytes (arriving on the
   stage's `ready` barrier as before), and the tile's 256 scale bytes loaded into registers
   (2 keys per lane, plain loads issued one tile ahead of their use); then, for tile i - 1, per
@@ -23,7 +24,13 @@ whose A-operand registers hold its row). With PFAC:
   (2 x 16 bytes) and the 2 keys' fp32 factors, and do no scale arithmetic and no range test.
 Same operands, the same tensor-core steps in the same order, the same head-sum tree and the
 same power-of-two factors as the package's kernel, so the logits, group maxima and `done`
-flags are the same bits (checked on the H200 by `gluon10_lab.py`, not yet run).
+flags are the same bits (to be checked on the H200: `round9b_call1.sh`; not yet run).
+
+LIM (constexpr, default False): the visible-column masks as int32 compares of the tile's row
+offsets against tile-relative bounds (lim - c0 with lim = min(n_cols, n_vis - entry_base),
+computed once; n_cols - c0 for the stores), in the consumers and (with PFAC) the producer.
+Written as `cols < n_cols` and `entry_base + cols < n_vis`, the compiler widens the column
+vector to 64 bits (IADD3.X, ISETP.EX a tile); the masks are the same, so the same bits.
 
 PREGS (constexpr, default GLUON_PRODUCER_REGS = 24): the producer's register count (a
 multiple of 8); the consumer of a one-consumer program gets 128 - PREGS.
@@ -268,7 +275,7 @@ def _pf_issue(i, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empt
 
 @gluon.jit
 def _pf_finish(i, sw, pbad, c_first, entry_base, n_cols, n_vis, fac_smem, mult_smem, ready,
-               keys, nib, STAGES: gl.constexpr):  # fmt: skip
+               keys, nib, STAGES: gl.constexpr, LIM: gl.constexpr):  # fmt: skip
     """PFAC producer, tile i (its scale words `sw`): the keys' fp16x2 block factors and fp32
     key factors into the stage, the range bits into `pbad` (returned), then the producer's
     arrival on the stage's `ready` barrier. The package consumer's arithmetic, once a key."""
@@ -282,8 +289,11 @@ def _pf_finish(i, sw, pbad, c_first, entry_base, n_cols, n_vis, fac_smem, mult_s
     # the keys' common factor 2^(mk - 136): exact (a power of two on a normal fp32)
     mult_smem.index(s).store(((gl.minimum(gl.maximum(mk, 10), 250) - 9) << 23).to(
         gl.float32, bitcast=True))  # fmt: skip
-    cols = c_first + i * BLOCK_N + keys
-    valid = (cols < n_cols) & (entry_base + cols < n_vis)
+    if LIM:
+        valid = keys < gl.minimum(n_cols, n_vis - entry_base) - (c_first + i * BLOCK_N)
+    else:
+        cols = c_first + i * BLOCK_N + keys
+        valid = (cols < n_cols) & (entry_base + cols < n_vis)
     # the span's range test on its visible keys; a tile the producer did not read (no page in
     # the cache) is zero-filled, so its largest scale byte 0 is out of range
     out_of_range = (mn < mk - 32) | (mk < 10) | (mk > 250)
@@ -296,7 +306,7 @@ def _pf_finish(i, sw, pbad, c_first, entry_base, n_cols, n_vis, fac_smem, mult_s
 @gluon.jit
 def _producer(a, data_smem, scale_smem, ready, empty, PAGE_SIZE: gl.constexpr,
               STAGES: gl.constexpr, TILES: gl.constexpr, fac_smem, mult_smem, xbar, flag_smem,
-              NC: gl.constexpr, PFAC: gl.constexpr):  # fmt: skip
+              NC: gl.constexpr, PFAC: gl.constexpr, LIM: gl.constexpr):  # fmt: skip
     (
         _q_ptr,
         _w_ptr,
@@ -354,10 +364,10 @@ def _producer(a, data_smem, scale_smem, ready, empty, PAGE_SIZE: gl.constexpr,
             nxt = _pf_issue(i, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty,
                             rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
             pbad = _pf_finish(i - 1, sw, pbad, c_first, entry_base, n_cols, n_vis, fac_smem,
-                              mult_smem, ready, keys, nib, STAGES)  # fmt: skip
+                              mult_smem, ready, keys, nib, STAGES, LIM)  # fmt: skip
             sw = nxt
         pbad = _pf_finish(TILES - 1, sw, pbad, c_first, entry_base, n_cols, n_vis, fac_smem,
-                          mult_smem, ready, keys, nib, STAGES)  # fmt: skip
+                          mult_smem, ready, keys, nib, STAGES, LIM)  # fmt: skip
         # the range bits to consumer 0 (slot NC of the flag buffer), once
         pbits = gl.reduce(pbad, 0, _bit_or)
         fl1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
@@ -423,7 +433,8 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
              HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
              HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
              STAGES: gl.constexpr, TILES: gl.constexpr, CID: gl.constexpr,
-             NC: gl.constexpr, fac_smem, mult_smem, PFAC: gl.constexpr):  # fmt: skip
+             NC: gl.constexpr, fac_smem, mult_smem, PFAC: gl.constexpr,
+             LIM: gl.constexpr):  # fmt: skip
     """Consumer CID of NC (one warpgroup): tiles CID, CID + NC, ... of the program. Returns
     the program's `done` flags (consumer 0, after merging the others' flags) as bits, one per
     span of GLUON_SPAN tiles."""
@@ -482,6 +493,8 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
     out_row = out_ptr + t * out_stride_t
     lane_rows = gl.arange(0, BLOCK_N, layout=row)
     zero = gl.zeros([BLOCK_N, HI_PAD], gl.float32, mma)
+    # LIM: a column is visible iff it is < min(n_cols, n_vis - entry_base)
+    lim = gl.minimum(n_cols, n_vis - entry_base)
     # bit k: a readable key of span k (GLUON_SPAN tiles) is outside the fast path's range
     bad = gl.zeros([BLOCK_N], gl.int32, row)
     gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
@@ -538,7 +551,16 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
                     gl.float32, bitcast=True
                 )
             cols = c0 + lane_rows
-            valid = (cols < n_cols) & (entry_base + cols < n_vis)
+            if LIM:
+                # (the same masks as int32 compares of the tile's rows against tile-relative
+                # bounds: the column vector is not widened to 64 bits by the compiler)
+                valid = lane_rows < lim - c0
+                in_row = lane_rows < n_cols - c0
+                out_at = out_row + c0
+            else:
+                valid = (cols < n_cols) & (entry_base + cols < n_vis)
+                in_row = cols < n_cols
+                out_at = out_row + c0
             if not PFAC:
                 # the span's range test (the Triton kernel's `_span_in_fast_range`) on its
                 # visible keys; a tile the producer did not read (no page in the cache) is
@@ -559,9 +581,15 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
                               gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
                 b = lb.to(gl.uint32, bitcast=True)
                 rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
-                gl.store(out_row + cols, rounded.to(gl.int16), mask=cols < n_cols)
+                if LIM:
+                    gl.store(out_at + lane_rows, rounded.to(gl.int16), mask=in_row)
+                else:
+                    gl.store(out_row + cols, rounded.to(gl.int16), mask=in_row)
             else:
-                gl.store(out_row + cols, logit, mask=cols < n_cols)
+                if LIM:
+                    gl.store(out_at + lane_rows, logit, mask=in_row)
+                else:
+                    gl.store(out_row + cols, logit, mask=in_row)
             if HAS_GMAX:
                 # each warp's largest key of its 16 entries, kept in register slot i - b0 (lanes
                 # hold the slots): the maximum over the warps is taken once after the block, so
@@ -608,10 +636,10 @@ def _consumer_main(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar
                    HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
                    HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
                    STAGES: gl.constexpr, TILES: gl.constexpr, NC: gl.constexpr, fac_smem,
-                   mult_smem, PFAC: gl.constexpr):  # fmt: skip
+                   mult_smem, PFAC: gl.constexpr, LIM: gl.constexpr):  # fmt: skip
     bits = _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
                     HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 0,
-                    NC, fac_smem, mult_smem, PFAC)  # fmt: skip
+                    NC, fac_smem, mult_smem, PFAC, LIM)  # fmt: skip
     return (bits,)
 
 
@@ -620,10 +648,10 @@ def _consumer_worker(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xb
                      HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
                      HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
                      STAGES: gl.constexpr, TILES: gl.constexpr, NC: gl.constexpr, fac_smem,
-                     mult_smem, PFAC: gl.constexpr):  # fmt: skip
+                     mult_smem, PFAC: gl.constexpr, LIM: gl.constexpr):  # fmt: skip
     _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem, HI,
              HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 1, NC, fac_smem,
-             mult_smem, PFAC)  # fmt: skip
+             mult_smem, PFAC, LIM)  # fmt: skip
 
 
 @gluon.jit
@@ -635,7 +663,7 @@ def _gluon_logits_kernel(
     HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr,
     OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr,
     NC: gl.constexpr, CONSUMER_REGS: gl.constexpr, PFAC: gl.constexpr = False,
-    PREGS: gl.constexpr = GLUON_PRODUCER_REGS,
+    PREGS: gl.constexpr = GLUON_PRODUCER_REGS, LIM: gl.constexpr = False,
 ):  # fmt: skip
     plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, DI // 2], gl.float16)
@@ -692,9 +720,11 @@ def _gluon_logits_kernel(
             [
                 (_consumer_main, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar,
                                   flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
-                                  HAS_GMAX, STAGES, TILES, NC, fac_smem, mult_smem, PFAC)),
+                                  HAS_GMAX, STAGES, TILES, NC, fac_smem, mult_smem, PFAC,
+                                  LIM)),
                 (_producer, (a, data_smem, scale_smem, ready, empty, PAGE_SIZE, STAGES,
-                             TILES, fac_smem, mult_smem, xbar, flag_smem, NC, PFAC)),
+                             TILES, fac_smem, mult_smem, xbar, flag_smem, NC, PFAC,
+                             LIM)),
             ],
             [1],
             [PREGS],
@@ -704,13 +734,15 @@ def _gluon_logits_kernel(
             [
                 (_consumer_main, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar,
                                   flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
-                                  HAS_GMAX, STAGES, TILES, NC, fac_smem, mult_smem, PFAC)),
+                                  HAS_GMAX, STAGES, TILES, NC, fac_smem, mult_smem, PFAC,
+                                  LIM)),
                 (_consumer_worker, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty,
                                     xbar, flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
                                     HAS_GMAX, STAGES, TILES, NC, fac_smem, mult_smem,
-                                    PFAC)),
+                                    PFAC, LIM)),
                 (_producer, (a, data_smem, scale_smem, ready, empty, PAGE_SIZE, STAGES,
-                             TILES, fac_smem, mult_smem, xbar, flag_smem, NC, PFAC)),
+                             TILES, fac_smem, mult_smem, xbar, flag_smem, NC, PFAC,
+                             LIM)),
             ],
             [4, 1],
             [CONSUMER_REGS, PREGS],

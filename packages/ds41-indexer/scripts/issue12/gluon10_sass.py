@@ -50,7 +50,8 @@ def report(gk, sets: dict[str, object]) -> dict[str, object]:  # type: ignore[no
     cx: dict[str, object] = {"HI": 32, "HI_PAD": 32, "PAGE_SIZE": 64, "HAS_CAND": False,
                              "OUT_BF16": False, "HAS_GMAX": True, "STAGES": gk.GLUON_STAGES,
                              "TILES": 16, "NC": 1, "CONSUMER_REGS": gk.GLUON_CONSUMER_REGS,
-                             "PFAC": False, "PREGS": gk.GLUON_PRODUCER_REGS}  # fmt: skip
+                             "PFAC": False, "PREGS": gk.GLUON_PRODUCER_REGS,
+                             "LIM": False}  # fmt: skip
     cx |= sets
     cx = {k: v for k, v in cx.items() if k in fn.arg_names}
     sig, attrs = {}, {}
@@ -75,6 +76,9 @@ def report(gk, sets: dict[str, object]) -> dict[str, object]:  # type: ignore[no
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", pv.stderr)
     found = loops(sass)
     cons = [n for mk, n, _ in found if mk == "HGMMA"]
+    # spill instructions inside the consumer loops (each consumer warpgroup's loop)
+    loop_spills = [sum(v for k, v in ops.items() if k.startswith(("STL", "LDL")))
+                   for mk, _n, ops in found if mk == "HGMMA"]  # fmt: skip
     prod = [n for mk, n, _ in found if mk == "LDGSTS"]
     ncons = int(cx["NC"])  # type: ignore[call-overload]
     per_tile = 4 * sum(cons) / len(cons) + prod[0] if cons and prod else float("nan")
@@ -84,6 +88,7 @@ def report(gk, sets: dict[str, object]) -> dict[str, object]:  # type: ignore[no
         "serialized_wgmma": "C7512" in pv.stderr or "C7515" in pv.stderr,
         "shared": c.metadata.shared,
         "consumer_loop": cons,
+        "consumer_loop_spill_ops": loop_spills,
         "producer_loop": prod,
         "warp_instr_per_tile": per_tile,
         "nc": ncons,
@@ -99,7 +104,6 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None, help="also write the table here")
     ap.add_argument("--sass-dir", default=None, help="write each variant's SASS here")
-    ap.add_argument("--pregs", default="24,32", help="producer registers tried with PFAC")
     a = ap.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     main_k = load(None)
@@ -109,25 +113,32 @@ def main() -> None:
         "# launch cap 64 registers a thread;",
         "# consumer / producer: static SASS instructions per tile in the loop (per thread / lane);",
         "# per tile: 4 x consumer + producer warp-instructions (each consumer warpgroup's loop",
-        "# runs on its own tiles)",
-        f"{'shape':10s} {'variant':22s} {'consumer':>11s} {'producer':>8s} {'per tile':>8s} "
-        f"{'regs (setmaxnreg)':>22s} {'spill st/ld':>11s} {'shared':>7s}",
+        "# runs on its own tiles); spill st/ld: ptxas's bytes (whole kernel); in loop: STL/LDL",
+        "# instructions inside each consumer loop; LIM: the lab's int32 tile-relative masks",
+        f"{'shape':10s} {'variant':24s} {'consumer':>9s} {'producer':>8s} {'per tile':>8s} "
+        f"{'regs (setmaxnreg)':>22s} {'spill st/ld':>11s} {'in loop':>7s} {'shared':>6s}",
     ]
     print("\n".join(lines), flush=True)
     keep: dict[tuple[int, int, str], dict[str, object]] = {}
     for nc, tiles in SHAPES:
-        variants = [("main (package)", main_k, {}), ("lab PFAC off", lab, {})]
-        for pr in (int(x) for x in a.pregs.split(",")):
-            variants.append((f"lab PFAC on, PREGS {pr}", lab, {"PFAC": True, "PREGS": pr}))
+        variants: list[tuple[str, object, dict[str, object]]] = [
+            ("main (package)", main_k, {}), ("lab, knobs off", lab, {}),
+            ("lab LIM", lab, {"LIM": True})]  # fmt: skip
+        knob_sets: tuple[dict[str, object], ...] = ({"PFAC": True}, {"PFAC": True, "LIM": True})
+        for knobs in knob_sets:
+            for pr in (24, 32):
+                name = "lab " + "+".join(knobs) + f", PREGS {pr}"
+                variants.append((name, lab, {**knobs, "PREGS": pr}))
         for name, mod, extra in variants:
             r = report(mod, {"NC": nc, "TILES": tiles, **extra})
             keep[(nc, tiles, name)] = r
             cons = "/".join(str(x) for x in r["consumer_loop"])  # type: ignore[attr-defined]
             prod = "/".join(str(x) for x in r["producer_loop"])  # type: ignore[attr-defined]
             ser = " SERIALIZED" if r["serialized_wgmma"] else ""
-            line = (f"NC{nc} T{tiles:<4d} {name:22s} {cons:>11s} {prod:>8s} "
+            lsp = "/".join(str(x) for x in r["consumer_loop_spill_ops"])  # type: ignore[attr-defined]
+            line = (f"NC{nc} T{tiles:<4d} {name:24s} {cons:>9s} {prod:>8s} "
                     f"{r['warp_instr_per_tile']:8.0f} {r['setmaxnreg']!s:>22s} "
-                    f"{r['spill_st_ld']!s:>11s} {r['shared']:7d}{ser}")  # fmt: skip
+                    f"{r['spill_st_ld']!s:>11s} {lsp:>7s} {r['shared']:6d}{ser}")  # fmt: skip
             print(line, flush=True)
             lines.append(line)
             if a.sass_dir:
@@ -135,10 +146,13 @@ def main() -> None:
                 with open(os.path.join(a.sass_dir, tag + ".sass"), "w") as f:
                     f.write(r["sass"])  # type: ignore[arg-type]
     lines.append("")
-    lines.append("# opcode changes main -> lab PFAC (PREGS 24), per tile: consumer (a thread) and")
+    lines.append("# opcode changes main -> lab (PREGS 24), per tile: consumer (a thread) and")
     lines.append("# producer (per lane) loops; opcodes whose count is unchanged are left out")
-    for tiles in (128, 32):
-        ra, rb = keep[(1, tiles, "main (package)")], keep[(1, tiles, "lab PFAC on, PREGS 24")]
+    for tiles, var in ((128, "PFAC"), (32, "PFAC"), (128, "PFAC+LIM")):
+        ra = keep[(1, tiles, "main (package)")]
+        rb = keep[(1, tiles, f"lab {var}, PREGS 24")]
+        lines.append(f"## NC1 T{tiles}: main -> lab {var}")
+        print(lines[-1], flush=True)
         for mk, role in (("HGMMA", "consumer"), ("LDGSTS", "producer")):
             ca = collections.Counter(ra["ops"][mk])  # type: ignore[index]
             cb = collections.Counter(rb["ops"][mk])  # type: ignore[index]

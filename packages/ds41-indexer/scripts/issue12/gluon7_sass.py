@@ -87,7 +87,7 @@ def main() -> None:
     cx: dict[str, object] = {"HI": 32, "HI_PAD": 32, "PAGE_SIZE": 64, "HAS_CAND": False,
                              "OUT_BF16": False, "HAS_GMAX": True,
                              "STAGES": gk.GLUON_STAGES, "TILES": 16, "NC": 1,
-                             "CONSUMER_REGS": 80, "PFAC": False,
+                             "CONSUMER_REGS": 80, "PFAC": False, "LIM": False,
                              "PREGS": getattr(gk, "GLUON_PRODUCER_REGS", 24)}  # fmt: skip
     for kv in a.set:
         k, v = kv.split("=")
