@@ -11,7 +11,8 @@ raw ring's 32 KB (64 KB with bf16 records) of shared memory (so `KSTAGES` 4 fits
 format pair). What it costs: more integer instructions per tile (each thread computes the
 addresses of its 4 keys, replicated over 16 lanes; zero-fill of masked loads), registers
 (two tiles' records live in the producer), the first compressed tile's load latency once a
-program (the window and compressed phases carry registers of different types).
+program unless HANDOVER peels the last window tile off its loop (the window and compressed
+phases carry registers of different types).
 
 Arithmetic: the decode is production's instruction for instruction on the same bytes (the
 inline PTX takes int32 words two at a time, so that loop-carried records stay one register
@@ -103,6 +104,12 @@ HALF = gl.constexpr(GLUON_D // 2)
 BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
 BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
 KSTAGES = gl.constexpr(GLUON_KSTAGES)
+# 1: the decode layout gives each thread 64 channels of one key (per-key work on 4 lanes);
+# 0: production's 16 channels of 4 keys (per-key work on 16 lanes, 4 keys a thread)
+ONE_KEY = gl.constexpr(1)
+# 1: the last window tile prefetches the first compressed tile's records; 0: they are loaded
+# after the window tiles (their latency exposed once a program)
+HANDOVER = gl.constexpr(1)
 SUB = gl.constexpr(32)  # keys decoded per step: 32 measured 3-5% faster than 16 (more independent
 # work per step for the producer's one warp per scheduler; no spills, H200 attention_s7_call2)
 C1_REGS = gl.constexpr(168)
@@ -202,13 +209,19 @@ def _rec_offsets(slots, page_stride, page_size, magic, FMT: gl.constexpr):
 
 @gluon.constexpr_function
 def _mx_scale_layout():
-    # [SUB, 8] ue8m0 scales of one half (MXFP8, blocks of 32 channels): one per thread and row
+    # [SUB, 8] ue8m0 scales of one half (MXFP8, blocks of 32 channels) for the decode layout's
+    # channels: ONE_KEY, 2 adjacent ones per thread (one 2-byte load); else one per thread
+    if ONE_KEY:
+        return gl.SliceLayout(2, gl.BlockedLayout([1, 2, 32], [8, 4, 1], [4, 1, 1], [2, 1, 0]))
     return gl.SliceLayout(2, gl.BlockedLayout([1, 1, 16], [2, 8, 2], [4, 1, 1], [2, 1, 0]))
 
 
 @gluon.constexpr_function
 def _fp_scale_layout():
-    # [SUB, 16] e4m3 scales of one half (NVFP4, blocks of 16 channels): one per thread and row
+    # [SUB, 16] e4m3 scales of one half (NVFP4, blocks of 16 channels): ONE_KEY, 4 adjacent ones
+    # per thread (one 4-byte load); else one per thread
+    if ONE_KEY:
+        return gl.SliceLayout(2, gl.BlockedLayout([1, 4, 16], [8, 4, 1], [4, 1, 1], [2, 1, 0]))
     return gl.SliceLayout(2, gl.BlockedLayout([1, 1, 16], [2, 16, 1], [4, 1, 1], [2, 1, 0]))
 
 
@@ -222,14 +235,19 @@ def _key_layout():
 
 @gluon.constexpr_function
 def _mx_word_layout():
-    # [SUB, 64] int32 words of one half of MXFP8 records: 4 words (16 channels) per thread and
-    # row, the decode layout's bytes
+    # [SUB, 64] int32 words of one half of MXFP8 records, the decode layout's bytes: ONE_KEY,
+    # 16 words (64 channels) per thread, else 4 (16 channels)
+    if ONE_KEY:
+        return gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])
     return gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])
 
 
 @gluon.constexpr_function
 def _fp_word_layout():
-    # [SUB, 32] int32 words of one half of NVFP4 records: 2 words (16 channels) per thread and row
+    # [SUB, 32] int32 words of one half of NVFP4 records: ONE_KEY, 8 words (64 channels) per
+    # thread, else 2 (16 channels)
+    if ONE_KEY:
+        return gl.BlockedLayout([1, 8], [8, 4], [4, 1], [1, 0])
     return gl.BlockedLayout([1, 2], [2, 16], [4, 1], [1, 0])
 
 
@@ -284,7 +302,16 @@ def _load_rec(st_ptr, page_stride, page_size, magic, slots, valid, FMT: gl.const
 
 @gluon.constexpr_function
 def _dec_layout():
-    # [SUB, 256] bf16: 16 consecutive channels of one key per thread
+    # [SUB, 256] bf16: ONE_KEY, 64 consecutive channels of one key per thread (a key's per-key
+    # work, addresses and slots, is done by 4 lanes, not 16); else 16 (production's layout)
+    if ONE_KEY:
+        return gl.BlockedLayout([1, 64], [8, 4], [4, 1], [1, 0])
+    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _q_layout():
+    # Q's copy: [64, 256] bf16, 16 consecutive channels per thread (production's)
     return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
 
 
@@ -408,15 +435,15 @@ def _store_tile(i, d0, d1, s0, s1, ok, st_ptr, k_smem, kval_smem, bars, FMT: gl.
 
 
 @gluon.jit
-def _step(i, i1, d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row, swa_len,
+def _step(i, ip, d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row, swa_len,
           comp_row, comp_len, w_slots, c_slots, st_ptr, page_stride, page_size, magic,
           k_smem, kval_smem, bars, FMT: gl.constexpr, KS: gl.constexpr,
           HAS_COMP: gl.constexpr):  # fmt: skip
-    """Program tile i of a phase ending at i1: issue the loads of tile i + 1's records (if it
-    is in the phase) and of tile i + 2's slot indices, then decode tile i (records loaded
-    one step ago) into its K stage. Returns the state of step i + 1."""
+    """Program tile i of a phase whose records are prefetched up to tile ip: issue the loads
+    of tile i + 1's records (if i + 1 < ip) and of tile i + 2's slot indices, then decode
+    tile i (records loaded one step ago) into its K stage. Returns the state of step i + 1."""
     e0, e1, t0, t1 = _load_rec(
-        st_ptr, page_stride, page_size, magic, sl_n, ok_n & (i + 1 < i1), FMT
+        st_ptr, page_stride, page_size, magic, sl_n, ok_n & (i + 1 < ip), FMT
     )
     sl_nn, ok_nn = _tile_slots(lo + i + 2, n_w, end, swa_row, swa_len, comp_row, comp_len,
                                w_slots, c_slots, HAS_COMP, _key_layout())  # fmt: skip
@@ -425,21 +452,23 @@ def _step(i, i1, d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row, 
 
 
 @gluon.jit
-def _phase(i0, i1, d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row, swa_len,
+def _phase(i0, i1, ip, d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row, swa_len,
            comp_row, comp_len, w_slots, c_slots, st_ptr, page_stride, page_size, magic,
            k_smem, kval_smem, bars, FMT: gl.constexpr, KS: gl.constexpr,
            HAS_COMP: gl.constexpr):  # fmt: skip
     """The program's tiles [i0, i1), all of format FMT, tile i0's records already in
-    (d0, d1, s0, s1). Two steps per iteration, so the records of the next tile land in other
-    registers than the ones decoded without a copy between iterations."""
+    (d0, d1, s0, s1), the records of the tiles before ip prefetched (ip = i1 + 1 when the
+    phase's last tile is peeled off by the caller). Two steps per iteration, so the records
+    of the next tile land in other registers than the ones decoded without a copy between
+    iterations."""
     for i in range(i0, i1, 2):
         d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n = _step(
-            i, i1, d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row, swa_len,
+            i, ip, d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row, swa_len,
             comp_row, comp_len, w_slots, c_slots, st_ptr, page_stride, page_size, magic, k_smem,
             kval_smem, bars, FMT, KS, HAS_COMP)  # fmt: skip
         if i + 1 < i1:
             d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n = _step(
-                i + 1, i1, d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row,
+                i + 1, ip, d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row,
                 swa_len, comp_row, comp_len, w_slots, c_slots, st_ptr, page_stride, page_size,
                 magic, k_smem, kval_smem, bars, FMT, KS, HAS_COMP)  # fmt: skip
     return d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n
@@ -509,7 +538,7 @@ def _producer(a, q_smem, k_smem, kval_smem, p_smem, x_smem, bars, W_FMT: gl.cons
     hb = gl.program_id(1)
     row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     # Q as 2 [64, 256] halves in channel order, by cp.async (the only copy group), first
-    ql: gl.constexpr = _dec_layout()
+    ql: gl.constexpr = _q_layout()
     heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ql))
     hmask = heads < H
     cq = gl.arange(0, 256, layout=gl.SliceLayout(0, ql))
@@ -567,17 +596,41 @@ def _producer(a, q_smem, k_smem, kval_smem, p_smem, x_smem, bars, W_FMT: gl.cons
     fence_async_shared()
     gl.thread_barrier()
     mbarrier.arrive(bars.index(0), count=1)
+    # HANDOVER: the last window tile is peeled off the window loop, so that its step loads the
+    # first compressed tile's records (registers of the other format) one tile ahead too
+    if HAS_COMP and HANDOVER:
+        na1 = gl.maximum(na - 1, 0)
+    else:
+        na1 = na
     d0, d1, s0, s1, sl_c, ok_c, sl_n, ok_n = _phase(
-        0, na, d0, d1, s0, s1, sl_0, ok_0, sl_1, ok_1, lo, n_w, end, swa_row, swa_len, comp_row,
-        comp_len, w_num_slots, c_num_slots, w_ptr, w_page_stride, w_page_size, w_magic, k_smem,
-        kval_smem, bars, W_FMT, KS, HAS_COMP)  # fmt: skip
+        0, na1, na, d0, d1, s0, s1, sl_0, ok_0, sl_1, ok_1, lo, n_w, end, swa_row, swa_len,
+        comp_row, comp_len, w_num_slots, c_num_slots, w_ptr, w_page_stride, w_page_size,
+        w_magic, k_smem, kval_smem, bars, W_FMT, KS, HAS_COMP)  # fmt: skip
     if HAS_COMP:
-        # the first compressed tile's records: loaded here, their latency exposed once per
-        # program (the window phase's registers have another type)
         c_magic = _page_magic(c_page_size)
-        e0, e1, t0, t1 = _load_rec(c_ptr, c_page_stride, c_page_size, c_magic, sl_c,
-                                   ok_c & (na < n), C_FMT)  # fmt: skip
-        _phase(na, n, e0, e1, t0, t1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row, swa_len,
+        if HANDOVER:
+            if na > 0:
+                # the last window tile's step: the first compressed tile's records
+                e0, e1, t0, t1 = _load_rec(c_ptr, c_page_stride, c_page_size, c_magic, sl_n,
+                                           ok_n & (na < n), C_FMT)  # fmt: skip
+                sl_nn, ok_nn = _tile_slots(lo + na + 1, n_w, end, swa_row, swa_len, comp_row,
+                                           comp_len, w_num_slots, c_num_slots, HAS_COMP,
+                                           _key_layout())  # fmt: skip
+                _store_tile(na - 1, d0, d1, s0, s1, ok_c, w_ptr, k_smem, kval_smem, bars, W_FMT,
+                            KS)  # fmt: skip
+                sl_c = sl_n
+                ok_c = ok_n
+                sl_n = sl_nn
+                ok_n = ok_nn
+            else:
+                e0, e1, t0, t1 = _load_rec(c_ptr, c_page_stride, c_page_size, c_magic, sl_c,
+                                           ok_c & (na < n), C_FMT)  # fmt: skip
+        else:
+            # the first compressed tile's records loaded here, their latency exposed once per
+            # program
+            e0, e1, t0, t1 = _load_rec(c_ptr, c_page_stride, c_page_size, c_magic, sl_c,
+                                       ok_c & (na < n), C_FMT)  # fmt: skip
+        _phase(na, n, n, e0, e1, t0, t1, sl_c, ok_c, sl_n, ok_n, lo, n_w, end, swa_row, swa_len,
                comp_row, comp_len, w_num_slots, c_num_slots, c_ptr, c_page_stride, c_page_size,
                c_magic, k_smem, kval_smem, bars, C_FMT, KS, HAS_COMP)  # fmt: skip
 

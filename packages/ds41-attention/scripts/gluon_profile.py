@@ -88,12 +88,17 @@ LAB8 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab8.py")
 # the ninth session's second lab copy (`lab9[_<spec>][_s<N>]`): records gathered straight into
 # the producer's registers (no cp.async raw ring), production's arithmetic; specs replace its
 # module constants: ks4 = 4 K stages (the raw ring's shared memory freed), p136 = producer 136
-# / consumer 1 160 registers; _sN: split mode with N slices (timing only)
+# / consumer 1 160 registers, ks4p136 both, nohand = the first compressed tile's records loaded
+# after the window tiles (HANDOVER = 0), k4 = production's decode layout (4 keys a thread,
+# per-key work on 16 lanes; ONE_KEY = 0); _sN: split mode with N slices
 LAB9 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab9.py")
 LAB9_SPECS: dict[str, dict[str, int]] = {
     "": {},
     "ks4": {"KSTAGES": 4},
     "p136": {"C1_REGS": 160, "PRODUCER_REGS": 136},
+    "ks4p136": {"KSTAGES": 4, "C1_REGS": 160, "PRODUCER_REGS": 136},
+    "nohand": {"HANDOVER": 0},
+    "k4": {"ONE_KEY": 0},
 }
 TMP = tempfile.mkdtemp(prefix="gluon_lab_")
 

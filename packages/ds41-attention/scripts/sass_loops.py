@@ -11,7 +11,8 @@ the no-op `@!PT LDS RZ, [RZ]` fillers ptxas places after cp.async among them, br
 the body, and shared-memory traffic per thread (LDS / STS / LDSM / STSM bytes, cp.async bytes
 written) and per warpgroup (wgmma operands read from shared memory by descriptor). A body
 with a branch executes only one side of it per iteration: compile per format pair (e.g.
-window-only kernels, C_FMT = 3) to get branch-free bodies. `--ops` adds the opcode histogram.
+window-only kernels, C_FMT = 3) to get branch-free bodies, or `--paths` (each path through
+the body: its instruction count). `--ops` adds the opcode histogram.
 """
 
 from __future__ import annotations
@@ -125,6 +126,46 @@ def loops(ins: list[tuple[str | None, str]], min_len: int) -> list[dict]:
     return res
 
 
+def paths(ins: list[tuple[str | None, str]], label: str, limit: int = 4096) -> list[dict]:
+    """Every path through the body of the loop at `label` (forward branches inside the body
+    taken or not, from the label to its back edge; branches out of the body end a path, as
+    retry blocks return to where they left): per path its instruction count (no-op fillers
+    excluded) and opcode histogram, so that a body with format branches gives the count of
+    each kind of tile."""
+    pos = {lab: i for i, (lab, _) in enumerate(ins) if lab}
+    start = pos[label]
+    end = max(i for i, (_, t) in enumerate(ins)
+              if (m := BRA.search(t)) and m.group("l") == label and i > start)  # fmt: skip
+    out: list[dict] = []
+    stack: list[tuple[int, int, collections.Counter[str]]] = [(start, 0, collections.Counter())]
+    while stack and len(out) < limit:
+        i, n, ops = stack.pop()
+        while True:
+            t = ins[i][1]
+            parts = t.split()
+            if parts[0] != "@!PT":
+                n += 1
+                ops[(parts[1] if parts[0].startswith("@") else parts[0]).split(".")[0]] += 1
+            if i == end:
+                out.append({"len": n, "ops": ops})
+                break
+            m = BRA.search(t)
+            if m:
+                tgt = pos.get(m.group("l"), -1)
+                inside = start < tgt <= end
+                if t.startswith("@"):
+                    if inside and tgt > i:
+                        stack.append((tgt, n, collections.Counter(ops)))
+                elif inside and tgt > i:
+                    i = tgt
+                    continue
+                elif not inside:
+                    i += 1  # an out-of-line block that comes back here
+                    continue
+            i += 1
+    return out
+
+
 def report(path: str, min_len: int, show_ops: bool) -> None:
     print(f"== {os.path.basename(path)}")
     for lp in loops(parse(path), min_len):
@@ -135,13 +176,17 @@ def report(path: str, min_len: int, show_ops: bool) -> None:
               f"{lp['wgmma_smem_bytes']} B")  # fmt: skip
         if show_ops:
             print("    " + ", ".join(f"{k} {v}" for k, v in lp["ops"].most_common()))
+        if "--paths" in sys.argv:
+            ps = paths(parse(path), lp["label"])
+            kinds = collections.Counter(p["len"] for p in ps)
+            print(f"    paths: {len(ps)}, instructions per path: {dict(sorted(kinds.items()))}")
 
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
     min_len = int(argv[argv.index("--min") + 1]) if "--min" in argv else 40
-    paths = [a for a in argv if not a.startswith("--") and a != str(min_len)]
-    for p in paths:
+    args = [a for a in argv if not a.startswith("--") and a != str(min_len)]
+    for p in args:
         files = sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".sass")) \
             if os.path.isdir(p) else [p]  # fmt: skip
         for f in files:
