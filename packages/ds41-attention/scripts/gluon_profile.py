@@ -19,12 +19,14 @@ drops, as pipe_dropK). `--sweep-rows` sets the tile sweep's row counts. `--split
 (split) path's checks (planner split at T = 1, 8, 64; with `--check ...,split` also forced
 split counts 2, 7, 32 through `check`) and its times at small T against forced split counts,
 the invariant kernel and the Triton split path. `lab8_<k>[_<n>]`: the eighth session's lab
-copy `gluon_lab8.py` with LAB = k (and LABN = n), timing only for k != 0. `--hidden IMPLS`
-times those again with the host's launch latency hidden (`ds41_attention.bench.LAUNCH_HIDDEN`:
-a GPU busy wait ahead of each sample), rows and tile sweep, beside a graph of one empty kernel
-timed both ways. `--files NAME=PATH` adds a kernel file with the production signature as
-variant NAME. A table of kernel times (graph replay, us) and the sweeps' least-squares fits
-(us per tile, fixed us) are printed last.
+copy `gluon_lab8.py` with LAB = k (and LABN = n), timing only for k != 0. `lab9[_<spec>][_sN]`:
+the ninth session's second lab copy `gluon_lab9.py` (records gathered into the producer's
+registers; production's bits by construction: check with `--bits lab9:gluon`), `LAB9_SPECS`.
+`--hidden IMPLS` times those again with the host's launch latency hidden
+(`ds41_attention.bench.LAUNCH_HIDDEN`: a GPU busy wait ahead of each sample), rows and tile
+sweep, beside a graph of one empty kernel timed both ways. `--files NAME=PATH` adds a kernel
+file with the production signature as variant NAME. A table of kernel times (graph replay,
+us) and the sweeps' least-squares fits (us per tile, fixed us) are printed last.
 """
 
 from __future__ import annotations
@@ -83,6 +85,21 @@ PROD_SPECS: dict[str, dict[str, int]] = {
 }
 # the eighth session's lab copy of the production kernel (`lab8_<k>[_<n>]`: LAB = k, LABN = n)
 LAB8 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab8.py")
+# the ninth session's second lab copy (`lab9[_<spec>][_s<N>]`): records gathered straight into
+# the producer's registers (no cp.async raw ring), production's arithmetic; specs replace its
+# module constants: ks4 = 4 K stages (the raw ring's shared memory freed), p136 = producer 136
+# / consumer 1 160 registers, ks4p136 both, nohand = the first compressed tile's records loaded
+# after the window tiles (HANDOVER = 0), k4 = production's decode layout (4 keys a thread,
+# per-key work on 16 lanes; ONE_KEY = 0); _sN: split mode with N slices
+LAB9 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab9.py")
+LAB9_SPECS: dict[str, dict[str, int]] = {
+    "": {},
+    "ks4": {"KSTAGES": 4},
+    "p136": {"C1_REGS": 160, "PRODUCER_REGS": 136},
+    "ks4p136": {"KSTAGES": 4, "C1_REGS": 160, "PRODUCER_REGS": 136},
+    "nohand": {"HANDOVER": 0},
+    "k4": {"ONE_KEY": 0},
+}
 TMP = tempfile.mkdtemp(prefix="gluon_lab_")
 
 
@@ -477,6 +494,11 @@ def main() -> None:
             k, _, nn = n[5:].partition("_")
             consts = {"LAB": int(k)} | ({"LABN": int(nn)} if nn else {})
             impls[n] = functools.partial(launch_prod_like, load_variant(n, LAB8, **consts))
+        elif n == "lab9" or n.startswith("lab9_"):
+            m = re.fullmatch(r"lab9(?:_(?!s\d+$)([a-z0-9]+?))?(?:_s(\d+))?", n)
+            assert m and (m.group(1) or "") in LAB9_SPECS, n
+            mod = load_variant(n, LAB9, **LAB9_SPECS[m.group(1) or ""])
+            impls[n] = functools.partial(launch_prod_like, mod, splits=int(m.group(2) or 1))
         elif n.startswith("prod_"):
             impls[n] = functools.partial(launch_prod_like,
                                          load_variant(n, PROD, **PROD_SPECS[n[5:]]))  # fmt: skip

@@ -7,7 +7,8 @@ registers, spill bytes and shared memory:
 [--split] [--sass DIR]`. Config fields: block_h, block_n, num_warps, num_stages. `--module PATH`
 compiles the Gluon kernel of a lab copy (e.g. scripts/gluon_persist.py) instead. `--split`
 also compiles the Gluon kernel's split (fast-path) variant; `--sass DIR` writes each kernel's
-SASS there (nvdisasm), e.g. to diff two versions of a kernel.
+SASS there (nvdisasm), e.g. to diff two versions of a kernel (`scripts/sass_loops.py` counts
+each partition's loop); `--pairs 01,03,13` picks the (window, compressed) format pairs.
 """
 
 from __future__ import annotations
@@ -119,12 +120,18 @@ if __name__ == "__main__":
     argv = sys.argv[1:]
     sass = argv[argv.index("--sass") + 1] if "--sass" in argv else None
     module = argv[argv.index("--module") + 1] if "--module" in argv else None
-    args = [a for a in argv if not a.startswith("--") and a not in (sass, module)]
+    pair_arg = argv[argv.index("--pairs") + 1] if "--pairs" in argv else None
+    args = [a for a in argv if not a.startswith("--") and a not in (sass, module, pair_arg)]
     spec = args[0] if args else ""
     for c in filter(None, spec.split(";")):
         print(report(KernelConfig(*(int(v) for v in c.split(","))), sass_dir=sass), flush=True)
+    # `--pairs 03,13`: other (window, compressed) format pairs, e.g. window-only kernels (C_FMT
+    # 3), whose producer loop has no format branch (1 = NVFP4 as a window format: offline only)
+    pairs = ((0, 1), (0, 0), (0, 2), (2, 2), (0, 3))
+    if "--pairs" in argv:
+        pairs = tuple((int(p[0]), int(p[1])) for p in argv[argv.index("--pairs") + 1].split(","))
     if "--gluon" in argv:
-        for wf, cf in ((0, 1), (0, 0), (0, 2), (2, 2), (0, 3)):
+        for wf, cf in pairs:
             print(report(None, w_fmt=wf, c_fmt=cf, sass_dir=sass, module=module), flush=True)
             if "--split" in argv:
                 print(report(None, w_fmt=wf, c_fmt=cf, split=True, sass_dir=sass, module=module),
