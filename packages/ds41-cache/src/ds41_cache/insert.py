@@ -13,7 +13,7 @@ from .backend import resolve_backend
 from .codec import require_encodable, require_finite
 from .outputs import empty
 from .paged import PagedCache
-from .rope import apply_rope, rope_cos_sin
+from .rope import apply_rope, check_rope_tables, rope_cos_sin
 
 
 def _check_slots(cache: PagedCache, slots: torch.Tensor, n: int | None) -> None:
@@ -63,13 +63,7 @@ def _check_insert(
         if t.device != cache.device:
             raise ValueError(f"{name} is on {t.device}, the cache on {cache.device}")
     if rope_tables is not None:
-        want = (x.shape[0], freqs.numel())
-        for name, t in zip(("cos", "sin"), rope_tables, strict=True):
-            if t.dtype != torch.float32 or tuple(t.shape) != want or t.device != cache.device:
-                raise ValueError(
-                    f"rope_tables {name} must be float32 {list(want)} on {cache.device}, got "
-                    f"{t.dtype} {list(t.shape)} on {t.device}"
-                )
+        check_rope_tables(rope_tables, x.shape[0], freqs.numel(), cache.device)
 
 
 def insert(

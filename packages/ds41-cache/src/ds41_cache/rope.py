@@ -94,6 +94,27 @@ def _check(x: torch.Tensor, positions: torch.Tensor, freqs: torch.Tensor) -> Non
         )
 
 
+def check_rope_tables(
+    tables: object, n: int, half_r: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A caller's `rope_tables` argument: a `(cos, sin)` tuple, each float32 `[n, half_r]` on
+    `device` (the shape `rope_cos_sin` gives for n positions and half_r frequencies); returns
+    it. TypeError for anything but a pair, ValueError naming the table otherwise."""
+    if not isinstance(tables, tuple) or len(tables) != 2:
+        raise TypeError("rope_tables must be a (cos, sin) tuple of two tensors")
+    want = [n, half_r]
+    for name, t in zip(("cos", "sin"), tables, strict=True):
+        if (
+            not isinstance(t, torch.Tensor)
+            or t.dtype != torch.float32
+            or list(t.shape) != want
+            or t.device != device
+        ):
+            got = f"{t.dtype} {list(t.shape)} on {t.device}" if isinstance(t, torch.Tensor) else t
+            raise ValueError(f"rope_tables {name} must be float32 {want} on {device}, got {got}")
+    return tables[0], tables[1]
+
+
 def rope_cos_sin(
     positions: torch.Tensor, freqs: torch.Tensor, *, backend: str = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,31 +9,12 @@ from __future__ import annotations
 import torch
 
 from ds41_cache.codec import quantize_dequantize
-from ds41_cache.rope import rope_cos_sin, rope_inplace
+from ds41_cache.rope import check_rope_tables, rope_cos_sin, rope_inplace
 
 from ._checks import check_positive_int, check_tensor
 
 QUERY_FORMAT = "mxfp4"
 """Index queries are MXFP4 quantize-dequantized after RoPE."""
-
-
-def _check_rope_tables(
-    tables: object, n: int, freqs: torch.Tensor, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`tables` = (cos, sin), each float32 [n, R/2] (R/2 = len(freqs)) on `device`."""
-    if not isinstance(tables, tuple) or len(tables) != 2:
-        raise TypeError("rope_tables must be a (cos, sin) tuple of two tensors")
-    want = [n, freqs.numel()]
-    for name, x in zip(("cos", "sin"), tables, strict=True):
-        if (
-            not isinstance(x, torch.Tensor)
-            or x.dtype != torch.float32
-            or list(x.shape) != want
-            or x.device != device
-        ):
-            got = f"{x.dtype} {list(x.shape)} on {x.device}" if isinstance(x, torch.Tensor) else x
-            raise ValueError(f"rope_tables {name} must be float32 {want} on {device}, got {got}")
-    return tables[0], tables[1]
 
 
 def prepare_index_queries(
@@ -72,7 +53,7 @@ def prepare_index_queries(
     if rope_tables is None:
         cos, sin = rope_cos_sin(positions, freqs)
     else:
-        cos, sin = _check_rope_tables(rope_tables, t, freqs, q_proj.device)
+        cos, sin = check_rope_tables(rope_tables, t, freqs.numel(), q_proj.device)
     q = q_proj.to(torch.bfloat16, copy=True).view(t, n_heads, head_dim)
     rope_inplace(q, cos, sin, backend=backend)
     return quantize_dequantize(QUERY_FORMAT, q, backend=backend, check_finite=validate)
