@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from ds41_cache.ops.codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
+from ds41_cache.outputs import empty
 
 
 @triton.jit
@@ -216,7 +217,7 @@ def launch_vocab_partials(x: torch.Tensor, v0: int, seg: int, sampling) -> torch
     f32 `[S, Vl / seg, 6]` partials (`ops.vocab.segment_partials`)."""
     s, vl = x.shape
     nseg = vl // seg
-    out = torch.empty((s, nseg, _N_FIELDS), dtype=torch.float32, device=x.device)
+    out = empty((s, nseg, _N_FIELDS), torch.float32, x.device)
     block = min(VOCAB_BLOCK, triton.next_power_of_2(seg))
     sample = sampling is not None
     targets = sample and sampling.targets is not None
@@ -303,12 +304,12 @@ def launch_vocab_combine(
         raise ValueError(f"parts must hold a power-of-two number of segments, got {nseg}")
     parts = parts.contiguous()
     dev = parts.device
-    lse = torch.empty((s, 1), dtype=torch.float32, device=dev)
-    new = torch.empty((s,), dtype=torch.int64, device=dev)
-    logit = torch.empty((s,), dtype=torch.float32, device=dev)
-    tlogit = torch.empty((s,), dtype=torch.float32, device=dev) if targets is not None else None
-    chosen = torch.empty((s,), dtype=torch.int64, device=dev)
-    logprob = torch.empty((s,), dtype=torch.float32, device=dev)
+    lse = empty((s, 1), torch.float32, dev)
+    new = empty((s,), torch.int64, dev)
+    logit = empty((s,), torch.float32, dev)
+    tlogit = empty((s,), torch.float32, dev) if targets is not None else None
+    chosen = empty((s,), torch.int64, dev)
+    logprob = empty((s,), torch.float32, dev)
     if s:
         vocab_combine_kernel[(s,)](
             parts, targets if targets is not None else new, lse, new, logit,
