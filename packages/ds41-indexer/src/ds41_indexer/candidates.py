@@ -44,7 +44,7 @@ def candidate_blocks(
     if resolve_backend(backend, dev) == "triton" and logits.stride(1) == 1:
         from .ops.candidates.triton_kernels import candidate_blocks_triton
 
-        return candidate_blocks_triton(logits, n_visible, topk_blocks, block_size, empty)
+        return candidate_blocks_triton(logits, n_visible, topk_blocks, block_size, out, empty)
     nv = n_visible.to(torch.int64)
     cols = torch.arange(nb * block_size, device=dev)
     padded = torch.full((t, nb * block_size), float("-inf"), dtype=torch.float32, device=dev)

@@ -76,10 +76,11 @@ def candidate_blocks_triton(
     n_visible: torch.Tensor,
     topk_blocks: int,
     block_size: int,
+    out: torch.Tensor,
     empty: EmptyFn,
 ) -> torch.Tensor:
-    """logits f32|bf16 `[T, N]` (unit column stride), n_visible int32 `[T]` -> bool `[T, N]`
-    (allocated through `empty`); T, N > 0."""
+    """logits f32|bf16 `[T, N]` (unit column stride), n_visible int32 `[T]` -> `out`, bool
+    `[T, N]` contiguous, filled with the mask (scratch allocated through `empty`); T, N > 0."""
     t, n = logits.shape
     dev = logits.device
     nb = -(-n // block_size)
@@ -98,7 +99,6 @@ def candidate_blocks_triton(
     k = min(topk_blocks, nb)
     all_blocks = torch.full((t,), nb, dtype=torch.int32, device=dev)
     chosen = index_topk_triton(scores, all_blocks, k, empty)
-    out = empty((t, n), torch.bool, dev)
     mask_kernel[grid](
         chosen, k, scores, out.view(torch.uint8), n, nb,
         BS=block_size, BS_P2=bs_p2, BLOCK_B=block_b, LOG2_K=max(1, k.bit_length()),
