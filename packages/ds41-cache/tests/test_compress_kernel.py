@@ -3,8 +3,8 @@ latents, emit flags, entries and the ring, step after step, over random chunking
 several requests interleaved, padding rows carrying junk, chunks longer than the ring (a row
 reads a ring slot that a later row of the same call overwrites), f32 and bf16 inputs. Under
 the interpreter both paths take numpy's / torch's CPU exp, which agree on these inputs; on the
-GPU the Triton path's exp is approximate, which the bf16 latents hide on random inputs (one
-differing element in ~700,000 measured)."""
+GPU the Triton path takes libdevice's exp, torch's CUDA exp, and a GPU test makes the pairs
+cancel so that an exp a few ulp off would change many latents."""
 
 from __future__ import annotations
 
@@ -152,9 +152,7 @@ def test_an_overflowing_latent_is_rejected_before_the_ring_changes(device, backe
 @pytest.mark.gpu
 @pytest.mark.parametrize("ratio", [1, 2])
 def test_kernel_is_the_reference_at_model_width(ratio: int) -> None:
-    """D 512, 4,096 rows of random pairs. Their bits agree here, but the Triton path's exp is
-    approximate (`ops/compress/triton_kernels.py`): inputs that carry the pooling weights' last
-    bits into the latents (a pair's kv rows cancelling) would show rare one-ulp differences."""
+    """D 512, 4,096 rows of random pairs over eight decades of magnitude."""
     dev = torch.device("cuda")
     d, t = 512, 4096
     g = torch.Generator().manual_seed(20 + ratio)
@@ -169,6 +167,44 @@ def test_kernel_is_the_reference_at_model_width(ratio: int) -> None:
         outs.append(comp.forward(kv, score, req, pos, w, EPS, backend=backend) + (comp.state,))
     for a, b in zip(*outs, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+def test_kernel_is_the_reference_where_the_pairs_cancel() -> None:
+    """Ratio 2, D 512, 8,192 rows whose pairs nearly cancel (kv1 = -kv0 (1 + ~2^-10), scores
+    within ~1e-3): the pooled value is ~2^-10 of its terms, so the pooling weights' last bits
+    reach the bf16 latents. An exp one ulp off changes thousands of them (checked first), so
+    equal latents mean the Triton path's exp is torch's."""
+    dev = torch.device("cuda")
+    d, t, num_req = 512, 8192, 8
+    g = torch.Generator().manual_seed(31)
+    base = torch.randn(t // 2, d, generator=g) * torch.logspace(-3, 3, d)
+    rel = 1 + torch.rand(t // 2, d, generator=g) * 2.0**-9
+    s_base = torch.randn(t // 2, d, generator=g) * 20
+    s_delta = torch.randn(t // 2, d, generator=g) * 1e-3
+    # rows 2i, 2i+1 of a request are positions 2j, 2j+1: pair i's two rows
+    kv = torch.stack([base, -base * rel], 1).reshape(t, d).to(dev)
+    score = torch.stack([s_base, s_base + s_delta], 1).reshape(t, d).to(dev)
+    w = (torch.rand(d, generator=g) + 0.5).to(dev)
+    pair = torch.arange(t) // 2
+    req = (pair % num_req).to(torch.int32).to(dev)
+    pos = (2 * (pair // num_req) + torch.arange(t) % 2).to(torch.int32).to(dev)
+    # sensitivity: e0 one ulp larger changes the bf16 pooled value of many elements
+    kv0, kv1, s0, s1 = kv[0::2], kv[1::2], score[0::2], score[1::2]
+    m = torch.maximum(s0, s1)
+    e0, e1 = torch.exp(s0 - m), torch.exp(s1 - m)
+    e0_off = torch.nextafter(e0, torch.full_like(e0, 2.0))
+    pooled = (e0 / (e0 + e1)) * kv0 + (e1 / (e0 + e1)) * kv1
+    pooled_off = (e0_off / (e0_off + e1)) * kv0 + (e1 / (e0_off + e1)) * kv1
+    changed = int((pooled.bfloat16() != pooled_off.bfloat16()).sum())
+    assert changed > 10_000, changed
+    outs = []
+    for backend in ("torch", "triton"):
+        comp = Compressor(2, d, num_req, capacity=8, device=dev)
+        outs.append(comp.forward(kv, score, req, pos, w, EPS, backend=backend) + (comp.state,))
+    assert int(outs[0][1].sum()) == t // 2
+    for a, b in zip(*outs, strict=True):
+        assert torch.equal(a, b), int((a != b).sum())
 
 
 @pytest.mark.interpreter

@@ -193,10 +193,9 @@ class Compressor:
         unchecked (the caller's responsibility; `insert` then quantizes NaN as 0).
         `backend`: "triton" (or "auto" on CUDA) runs the whole step in two launches
         (`ops/compress/`: the latents, then the ring update) where the width is a power of
-        two; "torch" runs the reference. emit, entry and the ring are the same on every backend;
-        the Triton path's latents differ from the torch path's in rare elements by one bf16
-        ulp (its exp is Triton's approximate one: `ops/compress/triton_kernels.py`). Each
-        backend gives a row the same bits whatever the batch.
+        two; "torch" runs the reference. Both give the same bits (latents, emit, entry, ring;
+        the Triton path's exp is libdevice's, torch's CUDA one: `ops/compress/triton_kernels.py`),
+        and a row the same bits whatever the batch.
         """
         self._check_inputs(kv, score, req_idx, pos, norm_weight, eps, validate)
         if self._kernel_serves(kv, score, norm_weight, backend):

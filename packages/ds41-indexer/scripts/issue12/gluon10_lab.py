@@ -184,6 +184,25 @@ def plan(lab, rows: int, spans: int):  # type: ignore[no-untyped-def]
     return p
 
 
+def mismatch_report(out, ref, gm, gm_ref) -> str:  # type: ignore[no-untyped-def]
+    """Where a result differs from the Triton kernel's: counts, rows, spans, a few values."""
+    span = TILE[0] * TILE[1]
+    d_out = out.view(torch.int32) != ref.view(torch.int32)
+    d_gm = gm != gm_ref
+    msg = f"logits differ {int(d_out.sum())}, group maxima differ {int(d_gm.sum())}"
+    if bool(d_out.any()):
+        r, c = d_out.nonzero(as_tuple=True)
+        spans = torch.unique(r * (out.shape[1] // span + 1) + c // span)
+        msg += (f"; rows {sorted(set(r.tolist()))[:12]}, {spans.numel()} spans, first cols "
+                f"{c[:6].tolist()}; got {out[r[:4], c[:4]].tolist()} ref "
+                f"{ref[r[:4], c[:4]].tolist()}")  # fmt: skip
+    if bool(d_gm.any()):
+        r, c = d_gm.nonzero(as_tuple=True)
+        msg += (f"; gmax rows {sorted(set(r.tolist()))[:12]} groups {c[:6].tolist()} got "
+                f"{gm[r[:4], c[:4]].tolist()} ref {gm_ref[r[:4], c[:4]].tolist()}")  # fmt: skip
+    return msg
+
+
 def run_size(lab, size: str, gen: torch.Generator, iters: int, quick: bool,
              res: dict[str, object]) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
     """Times the plan at one size (rows:context) into res; each result checked bitwise."""
@@ -206,12 +225,16 @@ def run_size(lab, size: str, gen: torch.Generator, iters: int, quick: bool,
         try:
             out.fill_(1.0)
             gm.fill_(1)
-            done = call()
+            # paged_logits_gpu returns the logits, not flags: only a lab launch's flags count
+            result = call()
+            done = result if fn is not None else None
             same = (
                 torch.equal(out.view(torch.int32), ref.view(torch.int32))
                 and torch.equal(gm, gm_ref)
                 and (done is None or bool(done.all()))
             )
+            if not same:
+                print(f"{size} {name}: {mismatch_report(out, ref, gm, gm_ref)}", flush=True)
             ms = bench._time(call, DEV, iters)
         except Exception as e:  # a variant that fails is reported, not fatal
             print(f"{size} {name} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)

@@ -10,13 +10,12 @@ position is among the request's last `capacity` positions of this call, else the
 row). `ring_write_kernel` then stores the raw rows: a second launch, because a row may read a
 ring slot that another row of the same call overwrites.
 
-The pooling's exp is `tl.math.exp`, which Triton 3.6 lowers on the H200 to the approximate
-ex2 of x * log2(e) (up to ~12 ulp from exp; torch's CUDA exp is within 1 ulp; they differed
-on 88% of 16.8M arguments). After the bf16 rounding of the pooled values the latents are
-the torch path's except in rare elements, by one bf16 ulp (3 of 2,097,152 at 4,096 rows x
-512 on the H200, ninth session). Each path is batch invariant on its own. `libdevice.exp`
-(expected to give torch's bits, not yet run on the GPU; the interpreter lacks it) is the
-next step.
+The pooling's exp is libdevice's `exp` on the GPU, the function torch's CUDA `exp` calls, so
+the latents are the torch path's bit for bit (a GPU test makes the pairs cancel, where an
+approximate exp would change many latents). Triton's own `tl.math.exp` would not do: Triton
+3.6 lowers it on the H200 to the approximate ex2 of x * log2(e), up to ~12 ulp from exp
+(it differed from torch's on 88% of 16.8M arguments). The interpreter has no libdevice and
+takes `tl.math.exp` (numpy's exp), which agrees with torch's CPU exp on the tests' inputs.
 
 Everything a row gets is a function of its own values, its partner's and the call's
 `(req, pos)` pairs, so a row's bits do not depend on the other rows' values, their number or
@@ -26,7 +25,9 @@ their order.
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
+from ...backend import interpreter_active
 from ...outputs import empty
 from ..codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
 from ..norm.triton_kernels import load_f32, rms_norm_tile
@@ -41,7 +42,7 @@ def compress_rows_kernel(
     latent_ptr, emit_ptr, entry_ptr, target_ptr, T, R,
     D: tl.constexpr, LOG2_D: tl.constexpr, RATIO: tl.constexpr, CAP: tl.constexpr,
     KV_BF16: tl.constexpr, SCORE_BF16: tl.constexpr, W_BF16: tl.constexpr,
-    SCAN_BLOCK: tl.constexpr,
+    SCAN_BLOCK: tl.constexpr, PRECISE_EXP: tl.constexpr,
 ):  # fmt: skip
     i = tl.program_id(0).to(tl.int64)
     r = tl.load(req_ptr + i).to(tl.int64)
@@ -91,8 +92,12 @@ def compress_rows_kernel(
         )
         # naive.pool_pair: m, e_i = exp(s_i - m), w_i = e_i / (e0 + e1), w0 kv0 + w1 kv1
         m = tl.maximum(s0, score, propagate_nan=tl.PropagateNan.ALL)
-        e0 = tl.math.exp(s0 - m)
-        e1 = tl.math.exp(score - m)
+        if PRECISE_EXP:
+            e0 = libdevice.exp(s0 - m)
+            e1 = libdevice.exp(score - m)
+        else:
+            e0 = tl.math.exp(s0 - m)
+            e1 = tl.math.exp(score - m)
         den = e0 + e1
         pooled = tl.math.div_rn(e0, den) * kv0 + tl.math.div_rn(e1, den) * kv
         # the reference normalizes the bf16 values (a NaN as torch's cast gives it)
@@ -159,6 +164,7 @@ def compress_rows(
         D=d, LOG2_D=d.bit_length() - 1, RATIO=ratio, CAP=ring.shape[1],
         KV_BF16=kv.dtype == torch.bfloat16, SCORE_BF16=sc.dtype == torch.bfloat16,
         W_BF16=weight.dtype == torch.bfloat16, SCAN_BLOCK=SCAN_BLOCK,
+        PRECISE_EXP=not interpreter_active(),
         num_warps=4, enable_fp_fusion=False,
     )  # fmt: skip
     return latent, emit, entry, target
