@@ -440,107 +440,34 @@ def _paged_logits_kernel(
     HAS_DONE: tl.constexpr,
     DONE_SPANS: tl.constexpr,
 ):
-    # With HAS_DONE (the pass after the Gluon kernel, `gluon_launch.py`), a program looks at
-    # DONE_SPANS consecutive spans (their flags in one load; most programs stop there) and
-    # scores those the Gluon kernel left (done == 0); the others keep the Gluon kernel's
-    # logits. Each span is scored by the same code either way.
+    # A program scores DONE_SPANS consecutive spans (one without HAS_DONE, a span a program).
+    # With HAS_DONE (the pass after the Gluon kernel, `gluon_launch.py`) it first loads their
+    # flags at once (most programs stop there) and scores only those the Gluon kernel left
+    # (done == 0); the others keep the Gluon kernel's logits. Each span is scored by the same
+    # code either way.
+    t = tl.program_id(0).to(tl.int64)
+    first = tl.program_id(1) * DONE_SPANS
+    n_spans = tl.cdiv(n_cols, TILES * BLOCK_N)
+    work = True
     if HAS_DONE:
-        t = tl.program_id(0).to(tl.int64)
-        n_spans = tl.cdiv(n_cols, TILES * BLOCK_N)
-        jv = tl.program_id(1) * DONE_SPANS + tl.arange(0, DONE_SPANS)
+        jv = first + tl.arange(0, DONE_SPANS)
         flags = tl.load(done_ptr + t * done_stride_t + jv, mask=jv < n_spans, other=1)
-        if tl.max((flags == 0).to(tl.int32), axis=0) != 0:
-            for jj in range(DONE_SPANS):
-                j = tl.program_id(1) * DONE_SPANS + jj
+        work = tl.max((flags == 0).to(tl.int32), axis=0) != 0
+    if work:
+        for jj in range(DONE_SPANS):
+            j = first + jj
+            todo = True
+            if HAS_DONE:
                 todo = tl.load(done_ptr + t * done_stride_t + j, mask=j < n_spans, other=1) == 0
-                if todo:
-                    _paged_logits_span(
-                        j,
-                        q_ptr,
-                        w_ptr,
-                        cache_ptr,
-                        bt_ptr,
-                        req_ptr,
-                        pos_ptr,
-                        cand_ptr,
-                        out_ptr,
-                        gmax_ptr,
-                        ratio,
-                        entry_base,
-                        n_cols,
-                        q_stride_t,
-                        q_stride_h,
-                        w_stride_t,
-                        n_req,
-                        bt_cols,
-                        bt_stride_r,
-                        num_pages,
-                        page_stride,
-                        cand_stride_t,
-                        cand_cols,
-                        out_stride_t,
-                        gmax_stride_t,
-                        HI,
-                        HI_PAD,
-                        DI,
-                        DATA_BYTES,
-                        SCALE_BYTES,
-                        PAGE_SIZE,
-                        IN_PAGE,
-                        FMT,
-                        HAS_CAND,
-                        OUT_BF16,
-                        HAS_GMAX,
-                        UPCAST,
-                        BLOCK_N,
-                        TILES,
-                        TILES_P2,
-                        STAGES,
-                    )
-    else:
-        _paged_logits_span(
-            tl.program_id(1),
-            q_ptr,
-            w_ptr,
-            cache_ptr,
-            bt_ptr,
-            req_ptr,
-            pos_ptr,
-            cand_ptr,
-            out_ptr,
-            gmax_ptr,
-            ratio,
-            entry_base,
-            n_cols,
-            q_stride_t,
-            q_stride_h,
-            w_stride_t,
-            n_req,
-            bt_cols,
-            bt_stride_r,
-            num_pages,
-            page_stride,
-            cand_stride_t,
-            cand_cols,
-            out_stride_t,
-            gmax_stride_t,
-            HI,
-            HI_PAD,
-            DI,
-            DATA_BYTES,
-            SCALE_BYTES,
-            PAGE_SIZE,
-            IN_PAGE,
-            FMT,
-            HAS_CAND,
-            OUT_BF16,
-            HAS_GMAX,
-            UPCAST,
-            BLOCK_N,
-            TILES,
-            TILES_P2,
-            STAGES,
-        )
+            if todo:
+                _paged_logits_span(
+                    j, q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr,
+                    gmax_ptr, ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t,
+                    n_req, bt_cols, bt_stride_r, num_pages, page_stride, cand_stride_t,
+                    cand_cols, out_stride_t, gmax_stride_t, HI, HI_PAD, DI, DATA_BYTES,
+                    SCALE_BYTES, PAGE_SIZE, IN_PAGE, FMT, HAS_CAND, OUT_BF16, HAS_GMAX, UPCAST,
+                    BLOCK_N, TILES, TILES_P2, STAGES,
+                )  # fmt: skip
 
 
 @triton.jit
@@ -1104,6 +1031,6 @@ def _launch(
         TILES_P2=triton.next_power_of_2(tiles),
         STAGES=stages,
         HAS_DONE=done is not None,
-        DONE_SPANS=DONE_SPANS,
+        DONE_SPANS=DONE_SPANS if done is not None else 1,
         num_warps=warps,
     )
