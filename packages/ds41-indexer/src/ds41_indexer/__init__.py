@@ -10,6 +10,7 @@ from .logits import index_logits
 from .paged import paged_index_topk
 from .queries import head_weights, index_queries, prepare_index_queries
 from .topk import index_topk
+from .visible import visible_entries
 
 __all__ = [
     "candidate_blocks",
@@ -20,5 +21,6 @@ __all__ = [
     "paged_index_topk",
     "prepare_index_queries",
     "rms_norm_rows",
+    "visible_entries",
     "write_index_keys",
 ]

@@ -139,16 +139,16 @@ class IndexerImpl:
     ) -> torch.Tensor:
         """Logits cast to bf16 (finite scores stay finite, -inf stays), then the exact
         selector on them."""
-        from ds41_indexer import index_logits, index_topk
+        from ds41_indexer import index_logits, index_topk, visible_entries
 
         logits = index_logits(
             q, weights, key_cache, block_table, req_idx, pos, ratio,
             candidates=candidates, out_dtype=torch.bfloat16, backend=self.backend,
             validate=validate,
         )  # fmt: skip
-        n_vis = torch.where(req_idx >= 0, (pos + 1) // ratio, torch.zeros_like(pos))
+        n_vis = visible_entries(req_idx, pos, ratio, backend=self.backend)
         return index_topk(  # type: ignore[no-any-return]
-            logits.to(torch.float32), n_vis.to(torch.int32), k, backend=self.backend,
+            logits.to(torch.float32), n_vis, k, backend=self.backend,
             validate=validate,
         )  # fmt: skip
 

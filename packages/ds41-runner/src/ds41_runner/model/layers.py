@@ -261,7 +261,7 @@ def _candidate_mask(
 ) -> torch.Tensor:
     """bool [T, N] entry mask of the candidate blocks (SPEC section 6), N = the entries a
     request can hold at this ratio."""
-    from ds41_indexer import candidate_blocks, index_logits
+    from ds41_indexer import candidate_blocks, index_logits, visible_entries
 
     kv = ctx.kv
     m = plan.ratio
@@ -271,9 +271,7 @@ def _candidate_mask(
         qi, w, kv.index_keys[plan.kv_source], alloc.block_table, ctx.req_idx, ctx.pos, m,
         backend=rt.backend, validate=ctx.validate,
     )  # fmt: skip
-    n_visible = torch.where(ctx.valid, (ctx.pos + 1) // m, torch.zeros_like(ctx.pos)).to(
-        torch.int32
-    )
+    n_visible = visible_entries(ctx.req_idx, ctx.pos, m, backend=rt.backend)
     return candidate_blocks(  # type: ignore[no-any-return]
         logits, n_visible, cfg.candidate_topk_blocks, cfg.candidate_block_size,
         backend=rt.backend, validate=ctx.validate,
