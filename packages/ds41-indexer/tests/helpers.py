@@ -112,7 +112,7 @@ def brute_topk_rows(logits: torch.Tensor, n_visible: torch.Tensor, k: int) -> to
         brute_topk(logits[i].double().tolist(), int(n_visible[i]), k)
         for i in range(logits.shape[0])
     ]
-    return torch.tensor(rows, dtype=torch.int32).view(logits.shape[0], k)
+    return torch.tensor(rows, dtype=torch.int32, device=logits.device).view(logits.shape[0], k)
 
 
 def scale_edge_scenario(

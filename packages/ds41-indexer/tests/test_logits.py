@@ -6,22 +6,25 @@ import pytest
 import torch
 from helpers import make_queries, make_scenario, reference_logits, scale_edge_scenario
 
+from ds41_cache.testing import triton_device
 from ds41_indexer import index_logits
 from ds41_indexer.ops.logits.naive import BF16_MAX, cast_logits
 
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.interpreter)]
 FORMATS = ["mxfp4", "fp8_index"]
+DEV = triton_device()  # CUDA where present (the Triton backend needs it or the interpreter)
 
 
 def rows() -> tuple[torch.Tensor, torch.Tensor]:
     # Request 1 at several positions, a padding row, position 0, a row at its last entry.
-    req = torch.tensor([0, 1, 1, 2, -1, 1, 0], dtype=torch.int32)
-    pos = torch.tensor([36, 79, 40, 4, 3, 0, 10], dtype=torch.int32)
+    req = torch.tensor([0, 1, 1, 2, -1, 1, 0], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([36, 79, 40, 4, 3, 0, 10], dtype=torch.int32, device=DEV)
     return req, pos
 
 
 def check_close(got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, rel: float) -> None:
     assert got.dtype == torch.float32
+    got = got.cpu()
     assert torch.equal(torch.isinf(got), torch.isinf(ref)), "-inf mask differs"
     assert bool((got[torch.isinf(got)] < 0).all())
     fin = torch.isfinite(ref)
@@ -33,8 +36,8 @@ def check_close(got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, rel: 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("ratio", [1, 2])
 def test_matches_float64_reference(backend: str, fmt: str, ratio: int) -> None:
-    sc = make_scenario(fmt, [37, 80, 5], di=32, hi=4, page_size=8, seed=ratio)
-    q, w = make_queries(7, 4, 32, seed=10 + ratio)
+    sc = make_scenario(fmt, [37, 80, 5], di=32, hi=4, page_size=8, seed=ratio, device=DEV)
+    q, w = make_queries(7, 4, 32, seed=10 + ratio, device=DEV)
     req, pos = rows()
     pos = pos * ratio + (ratio - 1)  # keep n(p) within each request's entries
     got = index_logits(q, w, sc.cache, sc.block_table, req, pos, ratio, backend=backend)
@@ -48,10 +51,10 @@ def test_matches_float64_reference(backend: str, fmt: str, ratio: int) -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_triton_matches_torch_v41_geometry(fmt: str) -> None:
     """Hi=32, Di=128 (V4.1-Flash index heads), one row per request."""
-    sc = make_scenario(fmt, [70, 129], di=128, hi=32, page_size=64, seed=3)
-    q, w = make_queries(2, 32, 128, seed=4)
-    req = torch.tensor([1, 0], dtype=torch.int32)
-    pos = torch.tensor([128, 69], dtype=torch.int32)
+    sc = make_scenario(fmt, [70, 129], di=128, hi=32, page_size=64, seed=3, device=DEV)
+    q, w = make_queries(2, 32, 128, seed=4, device=DEV)
+    req = torch.tensor([1, 0], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([128, 69], dtype=torch.int32, device=DEV)
     a = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1, backend="torch")
     b = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1, backend="triton")
     ref, bound = reference_logits(sc, q, w, req, pos, 1, a.shape[1])
@@ -61,8 +64,8 @@ def test_triton_matches_torch_v41_geometry(fmt: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_candidates_mask_and_num_entries(backend: str) -> None:
-    sc = make_scenario("mxfp4", [37, 80, 5], seed=5)
-    q, w = make_queries(7, 4, 32, seed=6)
+    sc = make_scenario("mxfp4", [37, 80, 5], seed=5, device=DEV)
+    q, w = make_queries(7, 4, 32, seed=6, device=DEV)
     req, pos = rows()
     g = torch.Generator().manual_seed(7)
     cand = torch.rand(7, 50, generator=g) < 0.5  # narrower than the row: entries >= 50 masked
@@ -74,7 +77,7 @@ def test_candidates_mask_and_num_entries(backend: str) -> None:
         req,
         pos,
         1,
-        candidates=cand,
+        candidates=cand.to(DEV),
         num_entries=60,
         backend=backend,
     )
@@ -86,8 +89,8 @@ def test_candidates_mask_and_num_entries(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_rows_independent_and_decode_equals_prefill(backend: str) -> None:
-    sc = make_scenario("mxfp4", [37, 80, 5], seed=8)
-    q, w = make_queries(7, 4, 32, seed=9)
+    sc = make_scenario("mxfp4", [37, 80, 5], seed=8, device=DEV)
+    q, w = make_queries(7, 4, 32, seed=9, device=DEV)
     req, pos = rows()
     args = (sc.cache, sc.block_table)
     full = index_logits(q, w, *args, req, pos, 1, backend=backend)
@@ -104,8 +107,8 @@ def test_rows_independent_and_decode_equals_prefill(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bf16_option(backend: str) -> None:
-    sc = make_scenario("fp8_index", [37, 80, 5], seed=11)
-    q, w = make_queries(7, 4, 32, seed=12)
+    sc = make_scenario("fp8_index", [37, 80, 5], seed=11, device=DEV)
+    q, w = make_queries(7, 4, 32, seed=12, device=DEV)
     req, pos = rows()
     args = (q, w, sc.cache, sc.block_table, req, pos, 1)
     f32 = index_logits(*args, backend=backend)
@@ -126,8 +129,8 @@ def test_cast_keeps_finite_and_masks() -> None:
 
 
 def test_bad_input() -> None:
-    sc = make_scenario("mxfp4", [37, 80, 5], seed=13)
-    q, w = make_queries(7, 4, 32, seed=14)
+    sc = make_scenario("mxfp4", [37, 80, 5], seed=13, device=DEV)
+    q, w = make_queries(7, 4, 32, seed=14, device=DEV)
     req, pos = rows()
     bt = sc.block_table
     with pytest.raises(TypeError, match="q must be bfloat16"):
@@ -144,7 +147,7 @@ def test_bad_input() -> None:
         index_logits(q, w, sc.cache, bt, torch.full_like(req, 3), pos, 1)
     with pytest.raises(ValueError, match="ratio must be a positive int"):
         index_logits(q, w, sc.cache, bt, req, pos, 0)
-    wrong = make_scenario("mxfp4", [8], di=64, seed=0)
+    wrong = make_scenario("mxfp4", [8], di=64, seed=0, device=DEV)
     with pytest.raises(ValueError, match=r"key_cache\.dim must equal the index head dim 32"):
         index_logits(q, w, wrong.cache, bt, req, pos, 1)
 
@@ -159,8 +162,8 @@ def test_triton_other_tiles(
     from ds41_indexer.ops.logits import triton_kernels
 
     monkeypatch.setattr(triton_kernels, "TILE", config)
-    sc = make_scenario("mxfp4", [37, 150, 5], seed=15)
-    q, w = make_queries(7, 4, 32, seed=16)
+    sc = make_scenario("mxfp4", [37, 150, 5], seed=15, device=DEV)
+    q, w = make_queries(7, 4, 32, seed=16, device=DEV)
     req, pos = rows()
     pos = torch.where(req == 1, pos + 70, pos)
     got = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1, backend="triton")
@@ -181,17 +184,18 @@ def test_triton_pass_over_done_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(triton_kernels, "TILE", (16, 1, 4, 1))
     monkeypatch.setattr(triton_kernels, "DONE_SPANS", 4)
-    sc = make_scenario("mxfp4", [37, 150, 5], seed=21)
-    q, w = make_queries(7, 4, 32, seed=22)
+    sc = make_scenario("mxfp4", [37, 150, 5], seed=21, device=DEV)
+    q, w = make_queries(7, 4, 32, seed=22, device=DEV)
     req, pos = rows()
     pos = torch.where(req == 1, pos + 70, pos)
     n = sc.block_table.shape[1] * sc.cache.page_size
     spans = -(-n // 16)
     assert spans % 4 != 0  # the last program looks past the row
     args = (q, w, sc.cache, sc.block_table, req, pos, 1)
-    full = triton_kernels.paged_logits_triton(*args, torch.empty(7, n), upcast=True)
-    done = (torch.rand(7, spans, generator=torch.Generator().manual_seed(23)) < 0.5).to(torch.int8)
-    got = torch.full((7, n), 7.0)
+    full = triton_kernels.paged_logits_triton(*args, torch.empty(7, n, device=DEV), upcast=True)
+    done = torch.rand(7, spans, generator=torch.Generator().manual_seed(23)) < 0.5
+    done = done.to(torch.int8).to(DEV)
+    got = torch.full((7, n), 7.0, device=DEV)
     triton_kernels.paged_logits_triton(*args, got, upcast=True, done=done)
     scored = (done == 0).repeat_interleave(16, dim=1)[:, :n]
     assert bool(scored.any()) and not bool(scored.all())
@@ -202,7 +206,7 @@ def test_triton_pass_over_done_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_extreme_scale_bytes(backend: str) -> None:
     """Scale bytes 0, 1 and 253 (outside the kernel's bit-construction range) decode exactly."""
-    sc = make_scenario("mxfp4", [70], seed=17, page_size=64)
+    sc = make_scenario("mxfp4", [70], seed=17, page_size=64, device=DEV)
     g = torch.Generator().manual_seed(18)
     cache, table = sc.cache, sc.block_table
     page = int(table[0, 0])
@@ -213,18 +217,17 @@ def test_extreme_scale_bytes(backend: str) -> None:
     nib_lo = torch.where((nib_lo & 7) > 5, nib_lo - 2, nib_lo)
     nib_hi = torch.where((nib_hi & 7) > 5, nib_hi - 2, nib_hi)
     data[rows] = nib_lo | (nib_hi << 4)
-    choice = torch.tensor([0, 1, 253], dtype=torch.uint8)
+    choice = torch.tensor([0, 1, 253], dtype=torch.uint8, device=DEV)
     cache.scale_view()[page, rows, 0] = choice[torch.randint(0, 3, (len(rows),), generator=g)]
     from ds41_cache.insert import gather
 
-    e = torch.arange(70)
+    e = torch.arange(70, device=DEV)
     slots = table[0].long()[e // 64] * 64 + e % 64
-    keys = gather(cache, slots, backend="torch").double()
-    sc.keys[0] = keys
-    q, w = make_queries(2, 4, 32, seed=19)
+    sc.keys[0] = gather(cache, slots, backend="torch").double().cpu()
+    q, w = make_queries(2, 4, 32, seed=19, device=DEV)
     q = (q.float() * 2.0**-60).to(torch.bfloat16)  # exact power-of-two rescale
-    req = torch.tensor([0, 0], dtype=torch.int32)
-    pos = torch.tensor([69, 40], dtype=torch.int32)
+    req = torch.tensor([0, 0], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([69, 40], dtype=torch.int32, device=DEV)
     got = index_logits(q, w, cache, table, req, pos, 1, backend=backend)
     ref, bound = reference_logits(sc, q, w, req, pos, 1, got.shape[1])
     assert bool(torch.isfinite(ref[0, :70]).all())
@@ -235,7 +238,7 @@ def test_extreme_scale_bytes(backend: str) -> None:
 def test_scale_range_edges(backend: str) -> None:
     """Scale bytes at the edges of the fp16 path (block spans of 32, bytes 250 and 10) and a
     page 33 apart (the general path) score like the float64 reference."""
-    sc, q, w, req, pos = scale_edge_scenario()
+    sc, q, w, req, pos = scale_edge_scenario(DEV)
     got = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1, backend=backend)
     ref, bound = reference_logits(sc, q, w, req, pos, 1, got.shape[1])
     assert bool(torch.isfinite(ref[0, :128]).all()) and bool((ref[0, :128] != 0).any())
@@ -247,10 +250,10 @@ def test_triton_grid_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows longer than one grid's worth of programs are launched in pieces, same values."""
     from ds41_indexer.ops.logits import triton_kernels
 
-    sc = make_scenario("mxfp4", [300], seed=20)
-    q, w = make_queries(2, 4, 32, seed=21)
-    req = torch.tensor([0, 0], dtype=torch.int32)
-    pos = torch.tensor([299, 100], dtype=torch.int32)
+    sc = make_scenario("mxfp4", [300], seed=20, device=DEV)
+    q, w = make_queries(2, 4, 32, seed=21, device=DEV)
+    req = torch.tensor([0, 0], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([299, 100], dtype=torch.int32, device=DEV)
     whole = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1, backend="triton")
     monkeypatch.setattr(triton_kernels, "MAX_GRID_Y", 1)
     pieces = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1, backend="triton")

@@ -6,18 +6,20 @@ import pytest
 import torch
 from helpers import brute_topk_rows, make_queries, make_scenario
 
+from ds41_cache.testing import triton_device
 from ds41_indexer import candidate_blocks, index_logits, index_topk, paged_index_topk
 from ds41_indexer.ops.logits.naive import visible_entries
 
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.interpreter)]
+DEV = triton_device()  # CUDA where present (the Triton backend needs it or the interpreter)
 
 
 def setup(fmt: str = "mxfp4", seed: int = 0, hi: int = 4, di: int = 32):
-    sc = make_scenario(fmt, [37, 150, 5], di=di, hi=hi, page_size=8, seed=seed)
+    sc = make_scenario(fmt, [37, 150, 5], di=di, hi=hi, page_size=8, seed=seed, device=DEV)
     # A prefill chunk of request 1 (positions 100..103), decode rows of others, a padding row.
-    req = torch.tensor([1] * 4 + [0, 2, -1, 0], dtype=torch.int32)
-    pos = torch.tensor(list(range(100, 104)) + [36, 4, 7, 0], dtype=torch.int32)
-    q, w = make_queries(len(req), hi, di, seed=seed + 1)
+    req = torch.tensor([1] * 4 + [0, 2, -1, 0], dtype=torch.int32, device=DEV)
+    pos = torch.tensor(list(range(100, 104)) + [36, 4, 7, 0], dtype=torch.int32, device=DEV)
+    q, w = make_queries(len(req), hi, di, seed=seed + 1, device=DEV)
     return sc, q, w, req, pos
 
 
@@ -55,8 +57,8 @@ def test_decode_rows_equal_prefill_rows(backend: str) -> None:
     )
     # Row counts across any threshold: the batch repeated (and with CUDA-graph style padding rows).
     rep = 2
-    big_req = torch.cat([req.repeat(rep), torch.full((5,), -1, dtype=torch.int32)])
-    big_pos = torch.cat([pos.repeat(rep), torch.zeros(5, dtype=torch.int32)])
+    big_req = torch.cat([req.repeat(rep), torch.full((5,), -1, dtype=torch.int32, device=DEV)])
+    big_pos = torch.cat([pos.repeat(rep), torch.zeros(5, dtype=torch.int32, device=DEV)])
     big_q = torch.cat([q.repeat(rep, 1, 1), q[:5]])
     big_w = torch.cat([w.repeat(rep, 1), w[:5]])
     big = paged_index_topk(big_q, big_w, *args, big_req, big_pos, 1, 16, backend=backend)
@@ -130,10 +132,10 @@ def test_visible_counts_kernel_equals_torch() -> None:
 @pytest.mark.interpreter
 def test_long_row_segments() -> None:
     """A row longer than a segment: selection over segments equals the unfused selection."""
-    sc = make_scenario("mxfp4", [3000], di=32, hi=2, page_size=64, seed=6)
-    q, w = make_queries(2, 2, 32, seed=7)
-    req = torch.tensor([0, 0], dtype=torch.int32)
-    pos = torch.tensor([2999, 2047], dtype=torch.int32)
+    sc = make_scenario("mxfp4", [3000], di=32, hi=2, page_size=64, seed=6, device=DEV)
+    q, w = make_queries(2, 2, 32, seed=7, device=DEV)
+    req = torch.tensor([0, 0], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([2999, 2047], dtype=torch.int32, device=DEV)
     args = (q, w, sc.cache, sc.block_table, req, pos, 1)
     nv = visible_entries(req, pos, 1)
     got = paged_index_topk(*args, 32, backend="triton", segment=1024, chunk=1024)
@@ -209,8 +211,8 @@ def test_kernel_reads_stay_in_bounds_without_validation() -> None:
     table = sc.block_table.clone()
     table[1, 2] = sc.cache.num_pages + 7  # entries 16..23 of request 1
     table[1, 3] = -5  # entries 24..31
-    req = torch.tensor([1, 1, 9, 0], dtype=torch.int32)
-    pos = torch.tensor([40, 10_000, 3, 20], dtype=torch.int32)
+    req = torch.tensor([1, 1, 9, 0], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([40, 10_000, 3, 20], dtype=torch.int32, device=DEV)
     q, w = q[:4], w[:4]
     args = (q, w, sc.cache, table, req, pos, 1)
     logits = index_logits(*args, backend="triton", validate=False)
@@ -235,10 +237,10 @@ def test_fused_split_selector_equals_group_selector(
     the Python sort of the unfused logits agree, with candidate-block masking too."""
     from ds41_indexer.ops.topk import triton_kernels as tk
 
-    sc = make_scenario("mxfp4", [700, 90], di=32, hi=2, page_size=64, seed=12)
-    q, w = make_queries(3, 2, 32, seed=13)
-    req = torch.tensor([0, 0, 1], dtype=torch.int32)
-    pos = torch.tensor([699, 400, 89], dtype=torch.int32)
+    sc = make_scenario("mxfp4", [700, 90], di=32, hi=2, page_size=64, seed=12, device=DEV)
+    q, w = make_queries(3, 2, 32, seed=13, device=DEV)
+    req = torch.tensor([0, 0, 1], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([699, 400, 89], dtype=torch.int32, device=DEV)
     args = (q, w, sc.cache, sc.block_table, req, pos, 1)
     nv = visible_entries(req, pos, 1)
     logits = index_logits(*args, backend="triton")

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ds41_cache.outputs import empty
+from ds41_cache.testing import triton_device
 from ds41_indexer.ops.topk.triton_kernels import (
     done_counters,
     index_topk_triton,
@@ -20,10 +21,15 @@ from ds41_indexer.ops.topk.triton_kernels import (
 )
 
 pytestmark = pytest.mark.interpreter
+DEV = triton_device()  # CUDA where present (the Triton kernels need it or the interpreter)
 
 
 def split_topk(logits: torch.Tensor, nv: torch.Tensor, k: int, chunk: int, split: bool):
-    return index_topk_triton(logits.contiguous(), nv, k, empty, chunk=chunk, split=split)
+    """The selector on DEV; the answer back on the CPU, where the references are."""
+    got = index_topk_triton(
+        logits.contiguous().to(DEV), nv.to(DEV), k, empty, chunk=chunk, split=split
+    )
+    return got.cpu()
 
 
 def make_row(kind: str, n: int, seed: int) -> torch.Tensor:
@@ -112,7 +118,7 @@ def test_counters_left_zero_for_the_next_launch() -> None:
         nv = torch.full((t,), n - 3, dtype=torch.int32)
         got = split_topk(rows, nv, 5, chunk, split=True)
         assert torch.equal(got, brute_topk_rows(rows, nv, 5)), (chunk, n, t)
-        assert not bool(done_counters(t, rows.device).any())
+        assert not bool(done_counters(t, DEV).any())
 
 
 def test_wide_counts_one_program() -> None:
@@ -124,5 +130,5 @@ def test_wide_counts_one_program() -> None:
     rows = torch.stack([make_row(kind, n, 60 + i) for i, kind in enumerate(kinds)])
     nv = torch.tensor([n, n - 1, n, 35000, 200], dtype=torch.int32)
     for k in (3, 300):
-        got = index_topk_triton(rows, nv, k, empty, chunk=65536)
+        got = index_topk_triton(rows.to(DEV), nv.to(DEV), k, empty, chunk=65536).cpu()
         assert torch.equal(got, brute_topk_rows(rows, nv, k)), k
