@@ -50,7 +50,7 @@ With one consumer, four programs share an SM (64 registers a thread at launch: t
 runs with 104), so one program's waits are covered by the others' work; with two, two programs
 (the consumers run with 88 and 80), which lowers the latency of a grid of few programs (one
 row). Measured on the H200: BENCHMARKS.md, issue 12, sixth, seventh and ninth rounds; the
-factors in the producer: the package README, tenth session (256 x 1M: 9.32 -> 8.16 ms).
+factors in the producer: the package README, tenth session (256 x 1M: 9.32 -> 8.10 ms).
 """
 
 from triton.experimental import gluon

@@ -29,8 +29,8 @@ from .triton_kernels import MAX_GRID_Y, TILE, paged_logits_triton
 # 128K entries: 14.7 us against 18.5); from GLUON_WIDE_PROGRAMS spans a program takes two
 # spans, from GLUON_WIDER_PROGRAMS four and from GLUON_WIDEST_PROGRAMS eight (fewer programs,
 # so less setup per tile, while the grid still holds several waves of programs: 64 x 128K -5%,
-# 256 x 1M -7.6% against two; one row of 1M entries, 1,024 spans: two spans a program 43.8 us
-# against 46.4 with one, the launch hidden)
+# 256 x 1M -7.6% against two; at 1,024 spans, one row of 1M / 8 x 128K / 32 x 32K: two spans
+# a program 50.1 / 49.4 / 48.5 us against 52.1 / 50.7 / 49.3 with one)
 GLUON_SPLIT_PROGRAMS = 256
 GLUON_WIDE_PROGRAMS = 1024
 GLUON_WIDER_PROGRAMS = 4096
