@@ -39,7 +39,9 @@ def test_gluon_config_rule() -> None:
             assert gluon_config(rows, spans) == (nc, tiles)
             assert (nc, tiles) in ((1, 16), (1, 32), (1, 64), (1, 128), (2, 16))
     assert gluon_config(1, 128) == (2, 16)  # one row of 128K entries
-    assert gluon_config(8, 128) == (1, 16)
+    assert gluon_config(4, 128) == (1, 16)
+    assert gluon_config(8, 128) == (1, 32)
+    assert gluon_config(1, 1024) == (1, 32)  # one row of 1M entries
     assert gluon_config(64, 32) == (1, 32)  # 64 rows of 32K entries
     assert gluon_config(64, 128) == (1, 64)
     assert gluon_config(256, 128) == (1, 64)

@@ -19,28 +19,38 @@ span ends with the bits the Triton kernel alone gives.
 Structure (warp specialized; why: the Triton loop is bound by its serial per-tile chain of
 cp.async waits, barriers and waited tensor-core groups, not by memory or the decode):
 - producer (1 warp): per tile, waits for a free ring stage, then one cp.async gather of the
-  tile's 4,096 key bytes and 256 scale bytes (one page block each: a tile lies in one page)
-  into the stage, completing on the stage's mbarrier (one asynchronous arrival per thread).
-  Tiles past the row's visible entries or with a page outside the cache are masked copies
-  (zero-fill, nothing read). The key bytes land swizzled (16-byte block b of entry e in slot
+  tile's 4,096 key bytes (one page block: a tile lies in one page) into the stage, completing on
+  the stage's mbarrier (one asynchronous arrival per thread); the tile's 256 scale bytes are
+  loaded into its registers (2 keys a lane) at the same time. Then, for the previous tile, per
+  key: the four fp16x2 block factors 2^(d + 15) (d = scale byte - the key's largest byte mk,
+  built as fp32 exponent bits and converted to fp16: exact on the fast path's range, the Triton
+  kernel's factor), the key's fp32 factor 2^(clamp(mk, 10, 250) - 136) and the span's range
+  test on its visible keys (`_span_in_fast_range`), once a key where the 4 consumer lanes
+  sharing a key's row would each do it; the factors go into the stage beside the key bytes and
+  the producer arrives on the stage's mbarrier once more (33 arrivals). The range bits stay in
+  its registers and reach consumer 0 once, at the end (shared memory and an mbarrier).
+  Tiles past the row's visible entries or with a page outside the cache are masked (zero-fill,
+  nothing read). The key bytes land swizzled (16-byte block b of entry e in slot
   b ^ ((e >> 1) & 3)), so the consumer's 2-byte loads meet no bank conflicts.
 - consumers (NC warpgroups, 1 or 2; consumer c takes tiles c, c + NC, ...): consumer 0 folds
   the row's queries into shared memory once (the others wait on an mbarrier), then per tile
   each waits for its stage, loads the packed bytes (2-byte elements, each one half of a
-  thread's fp16x2 A operand) and the scale bytes, releases the stage (one barrier of its 4
-  warps), decodes, runs the two tensor-core products and the epilogue (mask, store, group
-  maximum, range test). The block scale factor 2^(d + 15) is built as fp32 exponent bits and
-  converted to fp16 (exact on the fast path's range: the Triton kernel's factor).
+  thread's fp16x2 A operand), its keys' factor words and fp32 factors, releases the stage (one
+  barrier of its 4 warps), decodes, runs the two tensor-core products and the epilogue (mask,
+  store, group maximum). The column masks are int32 compares of the tile's rows against
+  tile-relative bounds (written on the columns, the compiler widens them to 64 bits).
 - the group maxima: each warp's largest key of its 16 entries goes to a register slot per tile;
   the maximum over the 4 warps is taken once every 32 tiles and each consumer stores its own
   tiles' maxima (no shared memory or barrier per tile, where the Triton kernel has both).
 - a program takes TILES = 16, 32, 64 or 128 tiles (one to eight spans; one `done` flag per
-  span, merged over the consumers through shared memory; the flags of one program are the
-  bits of one int32, so at most 512 tiles); `gluon_launch.gluon_config` picks the shape.
+  span, from the producer's range bits and the row's query test; the flags of one program
+  are the bits of one int32, so at most 512 tiles); `gluon_launch.gluon_config` picks the
+  shape.
 With one consumer, four programs share an SM (64 registers a thread at launch: the consumer
 runs with 104), so one program's waits are covered by the others' work; with two, two programs
 (the consumers run with 88 and 80), which lowers the latency of a grid of few programs (one
-row). Measured on the H200: BENCHMARKS.md, issue 12, sixth, seventh and ninth rounds.
+row). Measured on the H200: BENCHMARKS.md, issue 12, sixth, seventh and ninth rounds; the
+factors in the producer: the package README, tenth session (256 x 1M: 9.32 -> 8.10 ms).
 """
 
 from triton.experimental import gluon
@@ -55,7 +65,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 GLUON_BLOCK_N = 64
 GLUON_SPAN = 16  # tiles per fast/general decision (the Triton kernel's TILES)
-GLUON_STAGES = 4  # ring stages (4,352 bytes each)
+GLUON_STAGES = 4  # ring stages (5,376 bytes each: key bytes, factor words, key factors)
 GLUON_NUM_WARPS = 4
 # Registers: every thread of the 8 warps (the 1-warp producer occupies a warpgroup) is capped
 # at GLUON_MAXNREG, the producer drops to PRODUCER_REGS and the consumer gets the rest (2 *
@@ -216,8 +226,55 @@ def _tile_page(bt_ptr, r_at, entry_base, c0, n_cols, n_vis, bt_cols, num_pages,
 
 
 @gluon.jit
-def _producer(a, data_smem, scale_smem, ready, empty, PAGE_SIZE: gl.constexpr,
-              STAGES: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
+def _pf_issue(i, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty, rows, words,
+              keys, dl: gl.constexpr, PAGE_SIZE: gl.constexpr,
+              STAGES: gl.constexpr):  # fmt: skip
+    """Producer, tile i (its page and whether it is read, from `_tile_page`): its scale
+    words into registers (returned; not waited for), then, once the stage is free, the cp.async
+    gather of its key bytes (arriving on `ready`)."""
+    s = i % STAGES
+    c0 = c_first + i * BLOCK_N
+    off = (entry_base + c0) % PAGE_SIZE
+    base = page * pw
+    sw = gl.load(wptr + (base + PAGE_SIZE * ROW_WORDS + off) + keys, mask=ok, other=0)
+    mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1, pred=i >= STAGES)
+    dptr = wptr + (base + off * ROW_WORDS) + rows[:, None] * ROW_WORDS + words[None, :]
+    mask = gl.full([BLOCK_N, ROW_WORDS], 1, gl.int1, dl) & ok
+    async_copy.async_copy_global_to_shared(data_smem.index(s), dptr, mask=mask)
+    async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
+    return sw
+
+
+@gluon.jit
+def _pf_finish(i, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
+               STAGES: gl.constexpr):  # fmt: skip
+    """Producer, tile i (its scale words `sw`): the keys' fp16x2 block factors and fp32
+    key factors into the stage, the range bits into `pbad` (returned), then the producer's
+    arrival on the stage's `ready` barrier: once a key, where the 4 consumer lanes sharing it
+    would each do it."""
+    s = i % STAGES
+    sc = (sw[:, None] >> (nib[None, :] * 8)) & 0xFF
+    mk = gl.max(sc, axis=1)
+    mn = gl.min(sc, axis=1)
+    # the factor 2^(d + 15), d = sc - mk, as fp32 bits, then converted to fp16: exact for the
+    # fast path's d in [-32, 0]; spans with d < -32 are flagged
+    fac_smem.index(s).store(_f16x2_dup(((sc - mk[:, None]) + 142) << 23))
+    # the keys' common factor 2^(mk - 136): exact (a power of two on a normal fp32)
+    mult_smem.index(s).store(((gl.minimum(gl.maximum(mk, 10), 250) - 9) << 23).to(
+        gl.float32, bitcast=True))  # fmt: skip
+    valid = keys < lim - (c_first + i * BLOCK_N)
+    # the span's range test on its visible keys; a tile the producer did not read (no page in
+    # the cache) is zero-filled, so its largest scale byte 0 is out of range
+    out_of_range = (mn < mk - 32) | (mk < 10) | (mk > 250)
+    pbad = pbad | ((valid & out_of_range).to(gl.int32) << (i // SPAN))
+    gl.thread_barrier()
+    mbarrier.arrive(ready.index(s), count=1)
+    return pbad
+
+
+@gluon.jit
+def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
+              PAGE_SIZE: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
     (
         _q_ptr,
         _w_ptr,
@@ -249,30 +306,42 @@ def _producer(a, data_smem, scale_smem, ready, empty, PAGE_SIZE: gl.constexpr,
     ) = a
     _t, n_vis, r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
     c_first = gl.program_id(1) * TILES * BLOCK_N
-    # 1 warp: [64 entries, 16 words] of data as 8 x 16-byte copies per thread, and the 64 scale
-    # words of the tile's entries
+    # the visible columns of the row: < lim (as the consumers)
+    lim = gl.minimum(n_cols, n_vis - entry_base)
+    # 1 warp: [64 entries, 16 words] of data as 8 x 16-byte copies per thread, and [64 keys, 4
+    # scale bytes] as 2 keys a lane (the keys' scale words, loaded one tile ahead)
     dl: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [1, 1], [1, 0])
-    sl: gl.constexpr = gl.BlockedLayout([2], [32], [1], [0])
+    kl: gl.constexpr = gl.BlockedLayout([2, 4], [32, 1], [1, 1], [1, 0])
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, dl))
     words = gl.arange(0, ROW_WORDS, layout=gl.SliceLayout(0, dl))
-    srows = gl.arange(0, BLOCK_N, layout=sl)
+    keys = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kl))
+    nib = gl.arange(0, 4, layout=gl.SliceLayout(0, kl))
     wptr = cache_ptr.to(gl.pointer_type(gl.int32))
     pw = page_stride // 4
-    for i in range(TILES):
-        s = i % STAGES
-        c0 = c_first + i * BLOCK_N
-        page, ok = _tile_page(bt_ptr, r_at, entry_base, c0, n_cols, n_vis, bt_cols, num_pages,
-                              PAGE_SIZE)  # fmt: skip
-        off = (entry_base + c0) % PAGE_SIZE
-        base = page * pw
-        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1, pred=i >= STAGES)
-        dptr = wptr + (base + off * ROW_WORDS) + rows[:, None] * ROW_WORDS + words[None, :]
-        mask = gl.full([BLOCK_N, ROW_WORDS], 1, gl.int1, dl) & ok
-        async_copy.async_copy_global_to_shared(data_smem.index(s), dptr, mask=mask)
-        sptr = wptr + (base + PAGE_SIZE * ROW_WORDS + off) + srows
-        smask = gl.full([BLOCK_N], 1, gl.int1, sl) & ok
-        async_copy.async_copy_global_to_shared(scale_smem.index(s), sptr, mask=smask)
-        async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
+    # bit k of key slot e: a visible key of span k is outside the fast path's range
+    pbad = gl.zeros([BLOCK_N], gl.int32, gl.SliceLayout(1, kl))
+    # tile i's key bytes are issued before tile i - 1's factors are computed, so the scale
+    # words' load latency is covered by a tile
+    page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, bt_cols, num_pages,
+                          PAGE_SIZE)  # fmt: skip
+    sw = _pf_issue(0, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty, rows,
+                   words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
+    for i in range(1, TILES):
+        page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first + i * BLOCK_N, n_cols, n_vis,
+                              bt_cols, num_pages, PAGE_SIZE)  # fmt: skip
+        nxt = _pf_issue(i, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty,
+                        rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
+        pbad = _pf_finish(i - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
+                          STAGES)  # fmt: skip
+        sw = nxt
+    pbad = _pf_finish(TILES - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
+                      STAGES)  # fmt: skip
+    # the range bits to consumer 0, once
+    pbits = gl.reduce(pbad, 0, _bit_or)
+    fl1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+    flag_smem.store(gl.zeros([128], gl.int32, fl1) + pbits)
+    gl.thread_barrier()
+    mbarrier.arrive(xbar.index(1), count=1)
 
 
 @gluon.jit
@@ -312,14 +381,13 @@ def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, q_smem, q
 
 
 @gluon.jit
-def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
-             HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
-             HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
-             STAGES: gl.constexpr, TILES: gl.constexpr, CID: gl.constexpr,
-             NC: gl.constexpr):  # fmt: skip
-    """Consumer CID of NC (one warpgroup): tiles CID, CID + NC, ... of the program. Returns
-    the program's `done` flags (consumer 0, after merging the others' flags) as bits, one per
-    span of GLUON_SPAN tiles."""
+def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
+             HI: gl.constexpr, HI_PAD: gl.constexpr, HAS_CAND: gl.constexpr,
+             OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
+             TILES: gl.constexpr, CID: gl.constexpr, NC: gl.constexpr):  # fmt: skip
+    """Consumer CID of NC (one warpgroup): tiles CID, CID + NC, ... of the program; consumer 0
+    then stores the program's `done` flags (one per span of GLUON_SPAN tiles) from the
+    producer's range bits and the row's query test."""
     (
         q_ptr,
         w_ptr,
@@ -356,7 +424,6 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
     rl: gl.constexpr = _raw_layout()
     scl: gl.constexpr = gl.SliceLayout(2, rl)
     row: gl.constexpr = gl.SliceLayout(1, mma)
-    plain2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     t, n_vis, _r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
     j = gl.program_id(1)
     c_first = j * TILES * BLOCK_N
@@ -375,8 +442,8 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
     out_row = out_ptr + t * out_stride_t
     lane_rows = gl.arange(0, BLOCK_N, layout=row)
     zero = gl.zeros([BLOCK_N, HI_PAD], gl.float32, mma)
-    # bit k: a readable key of span k (GLUON_SPAN tiles) is outside the fast path's range
-    bad = gl.zeros([BLOCK_N], gl.int32, row)
+    # a column is visible iff it is < min(n_cols, n_vis - entry_base)
+    lim = gl.minimum(n_cols, n_vis - entry_base)
     gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
     slot = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
     gslots = gl.zeros([4, 32], gl.uint32, gml)
@@ -389,16 +456,12 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
             raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
             raw = raw.load(rl)
-            sc = scale_smem.index(s)._reinterpret(gl.uint8, [BLOCK_N, 4], plain2).load(scl)
+            # the producer's factors: 4 fp16x2 words a key (2 x 16 bytes a thread) and the keys'
+            # fp32 factors
+            fac = fac_smem.index(s).load(scl)
+            kfac = mult_smem.index(s).load(row)
             gl.thread_barrier()
             mbarrier.arrive(empty.index(s), count=1)
-            sc = sc.to(gl.int32)
-            mk = gl.max(sc, axis=1)
-            mn = gl.min(sc, axis=1)
-            # the factor 2^(d + 15), d = sc - mk, as fp32 bits, then converted to fp16: exact for
-            # the fast path's d in [-32, 0] (normal down to 2^-14, then subnormal down to 2^-17),
-            # so the same fp16 factor as the Triton kernel's; spans with d < -32 are flagged
-            fac = _f16x2_dup(((sc - mk[:, None]) + 142) << 23)
             fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
             lw, hw = _e2m1_pair_f16(raw, fac)
             l0, l1 = _f16x2_halves(lw)
@@ -413,21 +476,16 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
             acc = warpgroup_mma(hi, qhi, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=[acc])
             logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
-            mkr = gl.convert_layout(mk, row)
-            # the keys' common factor 2^(mk - 136): exact (a power of two on a normal fp32)
-            logit = logit * ((gl.minimum(gl.maximum(mkr, 10), 250) - 9) << 23).to(
-                gl.float32, bitcast=True
-            )
-            cols = c0 + lane_rows
-            valid = (cols < n_cols) & (entry_base + cols < n_vis)
-            # the span's range test (the Triton kernel's `_span_in_fast_range`) on its visible
-            # keys; a tile the producer did not read (no page in the cache) is zero-filled, so its
-            # largest scale byte 0 is out of range too and the Triton kernel scores that span
-            out_of_range = (gl.convert_layout(mn, row) < mkr - 32) | (mkr < 10) | (mkr > 250)
-            bad = bad | ((valid & out_of_range).to(gl.int32) << (i // SPAN))
+            logit = logit * kfac
+            # the visible columns (< n_cols and < n_vis - entry_base) and those of the row
+            # (< n_cols) as int32 compares of the tile's rows against tile-relative bounds
+            # (written on the columns, the compiler widens the column vector to 64 bits)
+            valid = lane_rows < lim - c0
+            in_row = lane_rows < n_cols - c0
+            out_at = out_row + c0
             keep = valid
             if HAS_CAND:
-                entries = entry_base + cols
+                entries = entry_base + c0 + lane_rows
                 cm = gl.load(cand_ptr + t * cand_stride_t + entries,
                              mask=valid & (entries < cand_cols), other=0)  # fmt: skip
                 keep = keep & (cm != 0)
@@ -438,9 +496,9 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
                               gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
                 b = lb.to(gl.uint32, bitcast=True)
                 rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
-                gl.store(out_row + cols, rounded.to(gl.int16), mask=cols < n_cols)
+                gl.store(out_at + lane_rows, rounded.to(gl.int16), mask=in_row)
             else:
-                gl.store(out_row + cols, logit, mask=cols < n_cols)
+                gl.store(out_at + lane_rows, logit, mask=in_row)
             if HAS_GMAX:
                 # each warp's largest key of its 16 entries, kept in register slot i - b0 (lanes
                 # hold the slots): the maximum over the warps is taken once after the block, so
@@ -457,44 +515,34 @@ def _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag
             gkeep = (slot < BT) & (slot % NC == CID) & (g * BLOCK_N < n_cols)
             gl.store(gmax_ptr + t * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),
                      mask=gkeep)  # fmt: skip
-    bits = gl.reduce(bad, 0, _bit_or)
-    fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    if CID != 0:
-        # hand the flags to consumer 0 (one slot per consumer)
-        flag_smem.index(CID).store(gl.zeros([128], gl.int32, fl) + bits)
-        gl.thread_barrier()
-        mbarrier.arrive(xbar.index(1), count=1)
-    else:
-        if NC > 1:
-            mbarrier.wait(xbar.index(1), 0)
-            for c in gl.static_range(1, NC):
-                bits = bits | gl.max(flag_smem.index(c).load(fl), axis=0)
+    if CID == 0:
+        # the range bits are the producer's, handed over once at its end
+        fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        mbarrier.wait(xbar.index(1), 0)
+        bits = gl.max(flag_smem.load(fl), axis=0)
         bits = gl.where(q_ok, bits, (1 << (TILES // SPAN)) - 1)
         sp = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
         col = j * (TILES // SPAN) + sp
         gl.store(done_ptr + t * done_stride_t + col, (((bits >> sp) & 1) == 0).to(gl.int8),
                  mask=(sp < TILES // SPAN) & (col < done_cols))  # fmt: skip
-    return bits
 
 
 @gluon.jit
-def _consumer_main(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
-                   HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                   HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
-                   STAGES: gl.constexpr, TILES: gl.constexpr, NC: gl.constexpr):  # fmt: skip
-    bits = _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
-                    HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 0,
-                    NC)  # fmt: skip
-    return (bits,)
+def _consumer_main(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
+                   flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr, HAS_CAND: gl.constexpr,
+                   OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
+                   TILES: gl.constexpr, NC: gl.constexpr):  # fmt: skip
+    _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
+             HI, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 0, NC)  # fmt: skip
 
 
 @gluon.jit
-def _consumer_worker(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
-                     HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                     HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
-                     STAGES: gl.constexpr, TILES: gl.constexpr, NC: gl.constexpr):  # fmt: skip
-    _consume(a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem, HI,
-             HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 1, NC)  # fmt: skip
+def _consumer_worker(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
+                     flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr, HAS_CAND: gl.constexpr,
+                     OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
+                     TILES: gl.constexpr, NC: gl.constexpr):  # fmt: skip
+    _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
+             HI, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 1, NC)  # fmt: skip
 
 
 @gluon.jit
@@ -511,26 +559,28 @@ def _gluon_logits_kernel(
     q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, DI // 2], gl.float16)
     data_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, ROW_WORDS],
                                           _data_smem_layout())  # fmt: skip
-    scale_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N], plain1)
+    # the producer's factors, a stage each: fp16x2 words [64 keys, 4 blocks] and the keys' fp32
+    # factors
+    fac_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, 4],
+                                         gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # fmt: skip
+    mult_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_N], plain1)
     q_smem = gl.allocate_shared_memory(gl.float16, [HI_PAD, DI // 2], q_lay)
     q2_smem = gl.allocate_shared_memory(gl.float16, [HI_PAD, DI // 2], q_lay)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for b in gl.static_range(STAGES):
-        # one asynchronous arrival per producer thread; one arrival of the consumer
-        mbarrier.init(ready.index(b), count=32)
+        # one asynchronous arrival per producer thread (the key bytes) and one of the producer
+        # (the factors); one arrival of the consumer
+        mbarrier.init(ready.index(b), count=33)
         mbarrier.init(empty.index(b), count=1)
+    # xbar 0: the queries are in shared memory (NC = 2 only: an mbarrier initialized and never
+    # used would share its bytes with later scratch memory, which PTX leaves undefined); 1: the
+    # producer's range bits are in flag_smem
+    xbar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     if NC > 1:
-        # xbar 0: the queries are in shared memory; 1: the other consumers' flags are
-        xbar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         mbarrier.init(xbar.index(0), count=1)
-        mbarrier.init(xbar.index(1), count=NC - 1)
-        flag_smem = gl.allocate_shared_memory(gl.int32, [NC, 128], plain1)
-    else:
-        # not used by a single consumer (an mbarrier initialized and never used again would
-        # share its bytes with later scratch memory, which PTX leaves undefined)
-        xbar = empty
-        flag_smem = scale_smem
+    mbarrier.init(xbar.index(1), count=1)
+    flag_smem = gl.allocate_shared_memory(gl.int32, [128], plain1)
     fence_async_shared()
     gl.thread_barrier()
     a = (q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr,
@@ -541,11 +591,11 @@ def _gluon_logits_kernel(
     if NC == 1:
         gl.warp_specialize(
             [
-                (_consumer_main, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar,
-                                  flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
+                (_consumer_main, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
+                                  empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
                                   HAS_GMAX, STAGES, TILES, NC)),
-                (_producer, (a, data_smem, scale_smem, ready, empty, PAGE_SIZE, STAGES,
-                             TILES)),
+                (_producer, (a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
+                             PAGE_SIZE, STAGES, TILES)),
             ],
             [1],
             [PRODUCER_REGS],
@@ -553,14 +603,14 @@ def _gluon_logits_kernel(
     else:
         gl.warp_specialize(
             [
-                (_consumer_main, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty, xbar,
-                                  flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
+                (_consumer_main, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
+                                  empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
                                   HAS_GMAX, STAGES, TILES, NC)),
-                (_consumer_worker, (a, data_smem, scale_smem, q_smem, q2_smem, ready, empty,
-                                    xbar, flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
+                (_consumer_worker, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
+                                    empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
                                     HAS_GMAX, STAGES, TILES, NC)),
-                (_producer, (a, data_smem, scale_smem, ready, empty, PAGE_SIZE, STAGES,
-                             TILES)),
+                (_producer, (a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
+                             PAGE_SIZE, STAGES, TILES)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],

@@ -24,13 +24,15 @@ from ds41_cache.paged import PagedCache
 from .triton_kernels import MAX_GRID_Y, TILE, paged_logits_triton
 
 # Program shapes by grid size (rows x spans of GLUON_SPAN tiles), measured on the H200
-# (BENCHMARKS.md, issue 12, seventh and ninth rounds): up to GLUON_SPLIT_PROGRAMS spans, two
-# consumer warpgroups split a program's tiles (one row of 128K entries: 14.7 us against 18.5);
-# from GLUON_WIDE_PROGRAMS spans a program takes two spans, from GLUON_WIDER_PROGRAMS four
-# and from GLUON_WIDEST_PROGRAMS eight (fewer programs, so less setup per tile, while the
-# grid still holds several waves of programs: 64 x 128K -5%, 256 x 1M -7.6% against two)
+# (BENCHMARKS.md, issue 12, seventh and ninth rounds; the package README, tenth session): up
+# to GLUON_SPLIT_PROGRAMS spans, two consumer warpgroups split a program's tiles (one row of
+# 128K entries: 14.7 us against 18.5); from GLUON_WIDE_PROGRAMS spans a program takes two
+# spans, from GLUON_WIDER_PROGRAMS four and from GLUON_WIDEST_PROGRAMS eight (fewer programs,
+# so less setup per tile, while the grid still holds several waves of programs: 64 x 128K -5%,
+# 256 x 1M -7.6% against two; at 1,024 spans, one row of 1M / 8 x 128K / 32 x 32K: two spans
+# a program 50.1 / 49.4 / 48.5 us against 52.1 / 50.7 / 49.3 with one)
 GLUON_SPLIT_PROGRAMS = 256
-GLUON_WIDE_PROGRAMS = 2048
+GLUON_WIDE_PROGRAMS = 1024
 GLUON_WIDER_PROGRAMS = 4096
 GLUON_WIDEST_PROGRAMS = 65536
 GLUON_TILES = (16, 32, 64, 128)
