@@ -11,10 +11,12 @@ production's eager rescale (bitwise production), FORCE = 1 the rescale branch ta
 tile (the worst case; same outputs as LAZY), C0SKIP (0: only consumer 1 skips; 1: consumer 0
 by an `if` on a scalar, which made ptxas spill ~200 B: its wgmma descriptors left the uniform
 registers; 2: the uniform branch in inline PTX), PACK (accumulator elements per inline-PTX
-block), LAZY_LOG (the threshold). H200 (`gluon_profile.py --variants lab10_*`, README
-"lab10"): at 8 ln 2 no faster than production (on the bench's inputs some head still moves in
-70% of the tiles), error vs float64 on the bench's problem 2.1e-3 against 1.7e-3; at 16 ln 2
-(`lab10_t16`, timed only) 7% less time per tile at T = 1, 1.3% at T = 4096.
+block), LAZY_LOG (the threshold), WARP = 1 (the decision per warp of 16 heads, by
+`vote.sync.any`, both consumers behind the inline-PTX branch; offline only). H200
+(`gluon_profile.py --variants lab10_*`, README "lab10"): at 8 ln 2 no faster than
+production (on the bench's inputs some head still moves in 70% of the tiles), error vs
+float64 on the bench's problem 2.1e-3 against 1.7e-3; at 16 ln 2 (`lab10_t16`, timed only)
+7% less time per tile at T = 1, 1.3% at T = 4096.
 
 Production's docstring follows.
 
@@ -112,7 +114,12 @@ FORCE = gl.constexpr(0)
 LAZY_LOG = gl.constexpr(5.545177444479562)
 C0SKIP = gl.constexpr(2)  # consumer 0 skips its rescale too: 1 by an `if`, 2 by a uniform
 # branch inside inline PTX (PACK accumulator elements per asm block); 0 only consumer 1 skips
-PACK = gl.constexpr(128)  # 8 ln 2: P <= 2^8 before normalization
+PACK = gl.constexpr(128)
+# WARP = 1: the rescale decided per warp (16 heads) instead of per warpgroup: consumer 0 votes
+# (`vote.sync.any`, no barrier) and stores each head's warp flag beside alpha; consumer 1's
+# warp w holds the same 16 heads as consumer 0's warp w and branches (uniformly per warp) in
+# inline PTX as consumer 0 does. Same outputs as WARP = 0 (a head's arithmetic is its own).
+WARP = gl.constexpr(0)  # 8 ln 2: P <= 2^8 before normalization
 
 
 @gluon.jit
@@ -540,6 +547,21 @@ def _any_in_warpgroup(x):
     )
 
 
+@gluon.jit
+def _any_in_warp(x):
+    """1 in every element if any element of x (int32, consumer 0's per-head [BLOCK_H] vector:
+    two heads per thread) is nonzero in the thread's warp (its 16 heads), else 0."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .pred p, q; .reg .b32 a; or.b32 a, $2, $3; setp.ne.b32 p, a, 0;"
+        " vote.sync.any.pred q, p, 0xffffffff; selp.b32 $0, 1, 0, q; mov.b32 $1, $0; }",
+        "=r,=r,r,r",
+        [x],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=2,
+    )
+
+
 @gluon.constexpr_function
 def _rescale_asm(n):
     # acc elements $0..$n-1 (tied to inputs $n..$2n-1) times alpha ($2n..$3n-1) unless the
@@ -591,7 +613,11 @@ def _softmax_lazy(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
     alpha = gl.where(upd, gl.exp(m_i - m_safe), 1.0)
     p = gl.exp(s - m_safe[:, None])
     l_new = l_i * alpha + gl.sum(p, 1)
-    return p.to(gl.bfloat16), alpha, m_new, l_new, _any_in_warpgroup(upd.to(gl.int32))
+    if WARP:
+        fl = _any_in_warp(upd.to(gl.int32))
+    else:
+        fl = _any_in_warpgroup(upd.to(gl.int32))
+    return p.to(gl.bfloat16), alpha, m_new, l_new, fl
 
 
 @gluon.jit
@@ -824,7 +850,11 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         js = j % KS
         ps = j % 2
         mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
-        if LAZY:
+        if LAZY and WARP:
+            # this warp's heads are consumer 0's warp's: their flags are the same
+            fw = x_smem.index(3 + ps).load(row_o).to(gl.int32)
+            acc = _rescale_uniform(acc, x_smem.index(ps).load(row_o), fw)
+        elif LAZY:
             fl = x_smem.index(3 + ps).slice(0, 1).load(one_l)
             if gl.max(fl, 0) != 0.0:
                 alpha = x_smem.index(ps).load(row_o)

@@ -115,6 +115,8 @@ LAB10_SPECS: dict[str, dict[str, int]] = {
     "c1": {"C0SKIP": 0},
     "p16": {"PACK": 16},
     "t16": {"LAZY_LOG": 11.090354888959125},  # 16 ln 2: P <= 2^16, fewer moves of the max
+    "w": {"WARP": 1},  # decided per warp (16 heads): vote.sync, no barrier (bits: lab10's)
+    "wt16": {"WARP": 1, "LAZY_LOG": 11.090354888959125},
 }
 TMP = tempfile.mkdtemp(prefix="gluon_lab_")
 
