@@ -24,6 +24,7 @@ tensor-core model bit for bit; and the decomposition with the GPU's own scores.
 
     PYTHONPATH=packages/ds41-cache/src:packages/ds41-attention/src \
         python packages/ds41-attention/scripts/accuracy_study.py [--rows 4] [--json F]
+    ... accuracy_study.py --lazy --rows 2   # the lazy rescale (gluon_lab10.py), emulated
     ... accuracy_study.py --gpu --rows 8          # on the device machine
     ... accuracy_study.py --analyze DIR/acc --json F   # here, on the files it returned
 """
@@ -123,6 +124,40 @@ def cpu_study(rows: int) -> dict:
                 f"{r['beyond_over_bound_beyond']:.3f}, outside {r['outside_bound']}",
                 flush=True,
             )
+    return res
+
+
+def lazy_study(rows: int) -> dict:
+    """The lazy rescale of `gluon_lab10.py` (thresholds t ln 2, t = 0 the eager max) in the
+    Gluon kernel's emulated arithmetic: relative error (norm) vs float64, the largest error /
+    bound (`error_bound(lazy_log=...)`), outputs outside it, lse error / bound; on the bench's
+    problem (`ds41_attention.bench.make_problem`, seed 1) and the adversarial ones."""
+    from ds41_attention.bench import FLASH, make_problem
+    from ds41_attention.ops.sparse_attention.naive import reference_sparse_attention
+
+    probs = {"bench": tuple(make_problem(FLASH, rows, torch.device("cpu"), seed=1).args())}
+    for wfmt, cfmt in COMBOS:
+        probs[f"{wfmt}+{cfmt}"] = adversarial_problem(wfmt, cfmt, rows, SEED)
+    res: dict = {}
+    for name, args in probs.items():
+        ref64 = reference_sparse_attention(*args)[0].double()
+        for t in (0, 8, 16, 32):
+            lazy = t * math.log(2)
+            o, lse = emulate(args, "tc", pv_tc=True, block_n=32, order="gluon", lazy=lazy)
+            ob = o.to(torch.bfloat16)
+            ref, bound, rlse, lse_b = error_bound(args, ob, lazy_log=lazy)
+            err = (ob.double() - ref).abs()
+            fin = torch.isfinite(rlse)
+            r = {
+                "rel_err": float((ob.double() - ref64).norm() / ref64.norm()),
+                "err_over_bound": float((err / bound.clamp(min=1e-300)).max()),
+                "outside_bound": int((err > bound).sum()),
+                "lse_err_over_bound": float(((lse.double() - rlse)[fin].abs() / lse_b[fin]).max()),
+            }
+            res[f"{name} lazy {t} ln2"] = r
+            print(f"{name:12s} lazy {t:2d} ln 2: rel err {r['rel_err']:.3e}, err/bound "
+                  f"{r['err_over_bound']:.3f}, outside {r['outside_bound']}, lse err/bound "
+                  f"{r['lse_err_over_bound']:.3f}", flush=True)  # fmt: skip
     return res
 
 
@@ -361,6 +396,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--json", default="")
     ap.add_argument("--worker", nargs=3)
+    ap.add_argument("--lazy", action="store_true", help="the lazy rescale study (CPU)")
     a = ap.parse_args()
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     if a.worker:
@@ -371,7 +407,10 @@ def main() -> None:
         os.makedirs(outdir, exist_ok=True)
         gpu_run(a.rows, outdir)
         return
-    res = analyze(a.analyze) if a.analyze else cpu_study(a.rows)
+    if a.lazy:
+        res = lazy_study(a.rows)
+    else:
+        res = analyze(a.analyze) if a.analyze else cpu_study(a.rows)
     if a.analyze:
         print(json.dumps(res, indent=1))
         print_table(res)

@@ -22,6 +22,8 @@ the invariant kernel and the Triton split path. `lab8_<k>[_<n>]`: the eighth ses
 copy `gluon_lab8.py` with LAB = k (and LABN = n), timing only for k != 0. `lab9[_<spec>][_sN]`:
 the ninth session's second lab copy `gluon_lab9.py` (records gathered into the producer's
 registers; production's bits by construction: check with `--bits lab9:gluon`), `LAB9_SPECS`.
+`lab10[_<spec>]`: the tenth session's lab copy `gluon_lab10.py` (the lazy rescale with
+switches), `LAB10_SPECS`.
 `--hidden IMPLS` times those again with the host's launch latency hidden
 (`ds41_attention.bench.LAUNCH_HIDDEN`: a GPU busy wait ahead of each sample), rows and tile
 sweep, beside a graph of one empty kernel timed both ways. `--files NAME=PATH` adds a kernel
@@ -99,6 +101,22 @@ LAB9_SPECS: dict[str, dict[str, int]] = {
     "ks4p136": {"KSTAGES": 4, "C1_REGS": 160, "PRODUCER_REGS": 136},
     "nohand": {"HANDOVER": 0},
     "k4": {"ONE_KEY": 0},
+}
+# the tenth session's lab copy (`lab10[_<spec>]`): production's kernel with a lazy rescale
+# (measured, not adopted), with switches: force = the rescale branch taken every tile (the
+# worst case: same outputs), l0 = production's eager rescale through the lab's code (its bits:
+# `--bits lab10_l0:gluon`; not timed), c1 = only consumer 1 skips, p16 = consumer 0's uniform
+# branch per 16 accumulator elements, t16 = threshold 16 ln 2
+LAB10 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab10.py")
+LAB10_SPECS: dict[str, dict[str, int]] = {
+    "": {},
+    "force": {"FORCE": 1},
+    "l0": {"LAZY": 0},
+    "c1": {"C0SKIP": 0},
+    "p16": {"PACK": 16},
+    "t16": {"LAZY_LOG": 11.090354888959125},  # 16 ln 2: P <= 2^16, fewer moves of the max
+    "w": {"WARP": 1},  # decided per warp (16 heads): vote.sync, no barrier (bits: lab10's)
+    "wt16": {"WARP": 1, "LAZY_LOG": 11.090354888959125},
 }
 TMP = tempfile.mkdtemp(prefix="gluon_lab_")
 
@@ -499,6 +517,11 @@ def main() -> None:
             assert m and (m.group(1) or "") in LAB9_SPECS, n
             mod = load_variant(n, LAB9, **LAB9_SPECS[m.group(1) or ""])
             impls[n] = functools.partial(launch_prod_like, mod, splits=int(m.group(2) or 1))
+        elif n == "lab10" or n.startswith("lab10_"):
+            spec10 = n[6:]
+            assert spec10 in LAB10_SPECS, n
+            impls[n] = functools.partial(launch_prod_like,
+                                         load_variant(n, LAB10, **LAB10_SPECS[spec10]))  # fmt: skip
         elif n.startswith("prod_"):
             impls[n] = functools.partial(launch_prod_like,
                                          load_variant(n, PROD, **PROD_SPECS[n[5:]]))  # fmt: skip
@@ -533,7 +556,7 @@ def main() -> None:
     rows = [int(r) for r in a.rows.split(",")]
     only = {n: [r for r in rows if r in (1, 4096)] for n in names if "drop" in n}
     # forced grids and split counts are there for the bitwise checks only
-    only |= {n: [] for n in names if re.search(r"_[gs]\d+$", n)}
+    only |= {n: [] for n in names if re.search(r"_[gs]\d+$", n) or n == "lab10_l0"}
     res = bench(impls, rows, only)
     swept = {n: impls[n] for n in a.sweep.split(",") if n in impls}
     sweep_rows = tuple(int(r) for r in a.sweep_rows.split(","))

@@ -59,6 +59,25 @@ def test_tensor_core_emulation_within_bound(wfmt, cfmt, order, block_n):
     assert check_bound(out, lse, args) < 0.75
 
 
+@pytest.mark.parametrize("lazy_t", [8, 16])
+@pytest.mark.parametrize("problem", ["mxfp8+nvfp4", "bf16+bf16", "realistic"])
+def test_lazy_rescale_emulation_within_bound(problem, lazy_t):
+    """The lazy running max of `scripts/gluon_lab10.py` (a head's max moves only past a
+    threshold of t ln 2, so P <= 2^t) in the Gluon kernel's emulated arithmetic: within the
+    bound with its lazy term, and its outputs differ from the eager max's (the lazy path ran)."""
+    import math
+
+    if problem == "realistic":
+        args = _realistic(2, seed=7)
+    else:
+        args = adversarial_problem(*problem.split("+"), 2, seed=3)
+    lazy = lazy_t * math.log(2)
+    out, lse = _bf16(emulate(args, "tc", pv_tc=True, block_n=32, order="gluon", lazy=lazy))
+    eager, _ = _bf16(emulate(args, "tc", pv_tc=True, block_n=32, order="gluon"))
+    assert not torch.equal(out, eager)
+    assert check_bound(out, lse, args, lazy_log=lazy) < 0.9
+
+
 def test_bound_is_nonzero_only_where_needed():
     """Rows without keys get bound 0 (exact zeros required); elsewhere the bound of a head
     whose softmax is one-hot is a few half-ulps, not a multiple of max|kv|."""

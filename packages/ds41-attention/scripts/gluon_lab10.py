@@ -1,0 +1,983 @@
+# mypy: disable-error-code="no-untyped-def"
+"""LAB COPY (issue 11, tenth session, helper attn10; measured, not adopted): the production
+Gluon kernel with a lazy rescale (FA4 style). Consumer 0 keeps a reference max per head that
+moves only when a tile's max exceeds it by more than LAZY_LOG (8 ln 2, so P <= 2^8 before
+normalization); the rescale factor is exactly 1 for a head whose max did not move, and when
+no head of the warpgroup moved (one `bar.red.or` over consumer 0's 128 threads) both
+consumers skip the accumulator rescale (consumer 0 behind a uniform branch inside inline PTX,
+consumer 1 behind an `if` on the flag it reads beside P). A head's arithmetic depends only on
+its own scores, so a row's bits do not depend on the other heads or rows. Switches: LAZY = 0
+production's eager rescale (bitwise production), FORCE = 1 the rescale branch taken every
+tile (the worst case; same outputs as LAZY), C0SKIP (0: only consumer 1 skips; 1: consumer 0
+by an `if` on a scalar, which made ptxas spill ~200 B: its wgmma descriptors left the uniform
+registers; 2: the uniform branch in inline PTX), PACK (accumulator elements per inline-PTX
+block), LAZY_LOG (the threshold), WARP = 1 (the decision per warp of 16 heads, by
+`vote.sync.any`, both consumers behind the inline-PTX branch; offline only). H200
+(`gluon_profile.py --variants lab10_*`, README "lab10"): at 8 ln 2 no faster than
+production (on the bench's inputs some head still moves in 70% of the tiles), error vs
+float64 on the bench's problem 2.1e-3 against 1.7e-3; at 16 ln 2 (`lab10_t16`, timed only)
+7% less time per tile at T = 1, 1.3% at T = 4096.
+
+Production's docstring follows.
+
+Hopper (sm_90a) Gluon kernel of SPEC section 8: the batch-invariant path (and, in split
+mode, the fast path), warp specialized.
+
+Contract (as the Triton kernel's): one program per (row, head block of 64) walks that row's
+keys in the fixed order (window ascending, then compressed ascending) in tiles of BLOCK_N = 32,
+no split over keys, configuration fixed for (H, D); records are decoded in the kernel (no
+gathered bf16 copy); a row's bits do not depend on the other rows.
+
+Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three warpgroups,
+`gl.warp_specialize`, registers re-balanced to 208 / 168 / 128):
+- producer (4 warps): gathers the records (data and scale bytes) of the tiles NRAW ahead with
+  16-byte cp.async into a raw ring (the slot indices one tile further ahead); keys outside the
+  row or with a bad slot are masked copies, which zero-fill, so they decode to zeros. It
+  decodes each tile into bf16 K tiles in NVMMA-swizzled shared memory (KS stages, two halves
+  of D in channel order) and signals the stage's mbarrier. It also copies Q once, by cp.async
+  before anything else; in invariant mode the slot indices of the first three tiles are
+  loaded beside the row's lengths (which columns a tile holds follows from them), so a
+  program's first gathers wait for one global load, not three in a row.
+- consumer 0 (4 warps, a 64x256 fp32 accumulator for channels [0, 256)): Q.K^T of the whole
+  tile (wgmma from shared memory; the product of tile j + 1 is issued before the softmax of
+  tile j so the tensor cores run during it; the last tile is peeled off the loop, so no
+  product is issued after it), the online softmax, P (bf16) and the rescale factor into
+  shared memory for consumer 1 (double buffered), P.V over its half with P from registers;
+  it writes lse and the denominators for consumer 1.
+- consumer 1 (4 warps, channels [256, 512)): rescale, P.V with P from shared memory.
+A K stage is free again when both consumers arrived on its mbarrier. The output is acc /
+denominator as div.full.f32 computes it, from one reciprocal per head (bitwise the same as
+the per-element division sequence, ~4 fewer instructions per element).
+
+Split mode (constexpr SPLIT, the fast path; grid (T, head blocks, S)): program sp walks the
+contiguous slice [sp n / S, (sp + 1) n / S) of its row's n tiles with the same pipeline and
+stores its unnormalized fp32 accumulator and (max, sum) as partials for the combine kernel
+(not batch invariant: the slices follow S, which the launcher picks from T). In invariant
+mode the slice is [0, n): the arithmetic is the one the kernel had before split mode.
+
+Decode (every product exact in bf16, SPEC section 4), integer and bf16x2 instructions only
+(inline PTX; the conversion instructions e4m3x2 -> f16x2 and f32 -> bf16x2 issue at a quarter
+of the integer rate): a code's sign, exponent and mantissa bits are placed straight into a
+bf16 field by PRMT (sign replicated), a shift and a mask, which is the value times 2^-120
+(e4m3) or 2^-126 (e2m1), bf16 subnormals included; one bf16x2 multiply by that power of two
+and one by the block scale (ue8m0 scales built as bf16 bits, byte 0 = 2^-127 as the bf16
+subnormal; NVFP4's e4m3 scales converted once per block). Every step is exact, so the
+decoded tiles, hence the outputs, are bitwise those of the previous decode (hardware
+conversions), except for the e4m3 NaN codes, which no cache holds. Measured: 1-3% less time
+per tile than the conversions (the producer is bound by its dependent chains more than by
+issue); 32 keys per step instead of 16 another 3-5%.
+
+Only D = 512 (the V4.1 geometry) is supported; the Triton kernel serves every other shape.
+`packages/ds41-attention/scripts/gluon_lab.py` is a copy with profiling switches (stage
+drops, stage counts) for A/B runs; the previous kernel is `scripts/gluon_v1.py` at commit
+1de3a18.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+GLUON_D = 512
+GLUON_BLOCK_H = 64
+GLUON_BLOCK_N = 32
+GLUON_NUM_WARPS = 4
+GLUON_KSTAGES = 3  # K stages (2 when a cache holds bf16 records: their raw ring is larger)
+GLUON_RAW_STAGES = 2
+# Register split: the launch caps every thread at GLUON_MAXNREG (12 warps x 32 x 168 fit the
+# 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 168, the
+# producer to 128, and Triton gives the default partition (consumer 0) what is left: 208
+# (at 136 / 200 the ninth session's consumer 0, with its last tile peeled off the loop, made
+# ptxas spill a shared address that the producer's loop then reloaded every tile; at 128 /
+# 208 nothing spills, offline compile of every format pair)
+GLUON_MAXNREG = 168
+D = gl.constexpr(GLUON_D)
+HALF = gl.constexpr(GLUON_D // 2)
+BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
+BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
+NRAW = gl.constexpr(GLUON_RAW_STAGES)
+SUB = gl.constexpr(32)  # keys decoded per step: 32 measured 3-5% faster than 16 (more independent
+# work per step for the producer's one warp per scheduler; no spills, H200 attention_s7_call2)
+C1_REGS = gl.constexpr(168)
+PRODUCER_REGS = gl.constexpr(128)
+# lab switches: LAZY = 1 the lazy rescale (a head's reference max moves only when a tile's max
+# exceeds it by more than LAZY_LOG; the accumulator rescale is skipped when no head of the
+# warpgroup moved), 0 production's softmax; FORCE = 1 takes the rescale branch every tile
+# (the lazy kernel's worst case, same outputs)
+LAZY = gl.constexpr(1)
+FORCE = gl.constexpr(0)
+LAZY_LOG = gl.constexpr(5.545177444479562)
+C0SKIP = gl.constexpr(2)  # consumer 0 skips its rescale too: 1 by an `if`, 2 by a uniform
+# branch inside inline PTX (PACK accumulator elements per asm block); 0 only consumer 1 skips
+PACK = gl.constexpr(128)
+# WARP = 1: the rescale decided per warp (16 heads) instead of per warpgroup: consumer 0 votes
+# (`vote.sync.any`, no barrier) and stores each head's warp flag beside alpha; consumer 1's
+# warp w holds the same 16 heads as consumer 0's warp w and branches (uniformly per warp) in
+# inline PTX as consumer 0 does. Same outputs as WARP = 0 (a head's arithmetic is its own).
+WARP = gl.constexpr(0)  # 8 ln 2: P <= 2^8 before normalization
+
+
+@gluon.jit
+def _tile_slots(i, n_w, end, swa_row, swa_len, comp_row, comp_len, w_slots, c_slots,
+                HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """(slot int64 clamped to >= 0, validity) of the keys of the row's tile i, in `layout`;
+    tiles from `end` on are masked (the program's slice of the row ends there)."""
+    offs = gl.arange(0, BLOCK_N, layout=layout)
+    jw = i * BLOCK_N + offs
+    in_w = jw < swa_len
+    slots = gl.load(swa_row + jw, mask=in_w, other=-1)
+    ok = in_w & (slots < w_slots)
+    if HAS_COMP:
+        jc = (i - n_w) * BLOCK_N + offs
+        in_c = (jc >= 0) & (jc < comp_len)
+        sc = gl.load(comp_row + jc, mask=in_c, other=-1)
+        slots = gl.where(in_c, sc, slots)
+        ok = ok | (in_c & (sc < c_slots))
+    valid = ok & (slots >= 0) & (i < end)
+    return gl.maximum(slots, 0).to(gl.int64), valid
+
+
+@gluon.jit
+def _first_slots(i, n_w, end, w_spec, c0, c1, c2, swa_len, comp_len, w_slots, c_slots,
+                 HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """`_tile_slots` of the row's tile i <= NRAW (invariant mode) from slot vectors loaded
+    before the row's lengths were known: `w_spec` the window slots of tile i (columns < W),
+    c0 / c1 / c2 those of the row's compressed tiles 0 / 1 / 2 (columns < K). The same
+    (slot, validity) as `_tile_slots`, without its loads waiting for the lengths."""
+    offs = gl.arange(0, BLOCK_N, layout=layout)
+    jw = i * BLOCK_N + offs
+    in_w = jw < swa_len
+    slots = gl.where(in_w, w_spec, -1)
+    ok = in_w & (slots < w_slots)
+    if HAS_COMP:
+        ci = i - n_w
+        jc = ci * BLOCK_N + offs
+        in_c = (jc >= 0) & (jc < comp_len)
+        sc = gl.where(in_c, gl.where(ci == 0, c0, gl.where(ci == 1, c1, c2)), -1)
+        slots = gl.where(in_c, sc, slots)
+        ok = ok | (in_c & (sc < c_slots))
+    valid = ok & (slots >= 0) & (i < end)
+    return gl.maximum(slots, 0).to(gl.int64), valid
+
+
+@gluon.jit
+def _spec_load(row, i, n, layout: gl.constexpr):
+    """Slot vector of columns [i BLOCK_N, (i + 1) BLOCK_N) of a slot table row of n columns
+    (-1 past its end), loaded without the row's length."""
+    cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=layout)
+    return gl.load(row + cols, mask=cols < n, other=-1)
+
+
+@gluon.constexpr_function
+def _words(fmt):
+    # int32 words per key and half of D in the raw ring: MXFP8 64, NVFP4 32, bf16 128
+    f = int(fmt)
+    return 64 if f == 0 else (32 if f == 1 else (128 if f == 2 else 0))
+
+
+@gluon.constexpr_function
+def _raw_words(w_fmt, c_fmt):
+    w, c = int(w_fmt), int(c_fmt)
+    ww = 64 if w == 0 else (32 if w == 1 else 128)
+    cw = 64 if c == 0 else (32 if c == 1 else (128 if c == 2 else 0))
+    return max(ww, cw)
+
+
+@gluon.constexpr_function
+def _kstages(w_fmt, c_fmt):
+    # bf16 records need a raw ring twice as large: two K stages then fit shared memory
+    return 2 if 2 in (int(w_fmt), int(c_fmt)) else GLUON_KSTAGES
+
+
+@gluon.jit
+def _issue_copy(raw_smem, rs, scl, st_ptr, page_stride, page_size, slots, valid,
+                FMT: gl.constexpr):  # fmt: skip
+    """cp.async both halves of the tile's data bytes into ring slot rs of `raw_smem` (int32
+    [2 NRAW, BLOCK_N, RW]: entry 2 rs + h holds channels [256 h, 256 h + 256) of each key,
+    packed at FMT's width) and the scale bytes into `scl` (uint8 [BLOCK_N, 32]: MXFP8 16
+    ue8m0 per key, NVFP4 32 e4m3)."""
+    page = slots // page_size
+    off = slots % page_size
+    base = page * page_stride
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    W: gl.constexpr = _words(FMT)
+    lay: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (W // 4), W // 4], [4, 1], [1, 0])
+    c = gl.arange(0, W, layout=gl.SliceLayout(0, lay))
+    vr = gl.convert_layout(valid, gl.SliceLayout(1, lay))
+    if FMT == 0:
+        row = (base + off * D) // 4
+    elif FMT == 1:
+        row = (base + off * (D // 2)) // 4
+    else:
+        row = (base + off * (2 * D)) // 4
+    row = gl.convert_layout(row, gl.SliceLayout(1, lay))
+    wptr = st_ptr.to(gl.pointer_type(gl.int32))
+    RW: gl.constexpr = raw_smem.shape[2]
+    for h in gl.static_range(2):
+        dst = raw_smem.index(rs * 2 + h)._reinterpret(gl.int32, [BLOCK_N * (RW // W), W], plain)
+        ptrs = wptr + row[:, None] + (h * W + c)[None, :]
+        async_copy.async_copy_global_to_shared(dst.slice(0, BLOCK_N), ptrs, mask=vr[:, None])
+    if FMT != 2:
+        NS: gl.constexpr = 16 if FMT == 0 else 32
+        sl_lay: gl.constexpr = gl.BlockedLayout(
+            [1, 16], [32 // (NS // 16), NS // 16], [4, 1], [1, 0]
+        )
+        ks = gl.arange(0, NS, layout=gl.SliceLayout(0, sl_lay))
+        vs = gl.convert_layout(valid, gl.SliceLayout(1, sl_lay))
+        if FMT == 0:
+            srow = base + page_size * D + off * (D // 32)
+        else:
+            srow = base + page_size * (D // 2) + off * (D // 16)
+        srow = gl.convert_layout(srow, gl.SliceLayout(1, sl_lay))
+        sdst = scl._reinterpret(gl.uint8, [BLOCK_N * (32 // NS), NS], plain).slice(0, BLOCK_N)
+        async_copy.async_copy_global_to_shared(
+            sdst, st_ptr + srow[:, None] + ks[None, :], mask=vs[:, None]
+        )
+
+
+@gluon.constexpr_function
+def _dec_layout():
+    # [SUB, 256] bf16: 16 consecutive channels of one key per thread
+    return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
+
+
+@gluon.jit
+def _e4m3_bf16(b):
+    """e4m3 bytes -> bf16, exact, with integer ops only (no conversion-pipe instructions).
+
+    PRMT spreads two bytes into two 16-bit fields with their sign bits replicated upwards;
+    a shift by 4 and a mask leave `sign << 15 | (byte & 0x7F) << 4`: the e4m3 exponent and
+    mantissa land in the bf16 exponent and mantissa fields unbiased, which is the e4m3 value
+    times 2^-120 for normal and subnormal codes alike (bf16 subnormals); one bf16x2 multiply
+    by 2^120 (exact) gives the value."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .b32 t, k; mov.b32 k, 0x7B807B80;"
+        " prmt.b32 t, $2, 0, 0x9180; shl.b32 t, t, 4; and.b32 t, t, 0x87F087F0;"
+        " mul.rn.bf16x2 $0, t, k;"
+        " prmt.b32 t, $2, 0, 0xB3A2; shl.b32 t, t, 4; and.b32 t, t, 0x87F087F0;"
+        " mul.rn.bf16x2 $1, t, k; }",
+        "=r,=r,r",
+        [b],
+        dtype=gl.bfloat16,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
+def _e2m1_bf16(b):
+    """NVFP4 bytes (element 2i in the low nibble, 2i + 1 in the high one), four at a time ->
+    (elements 0..3, elements 4..7) of each group of four bytes as bf16, exact, integer ops.
+
+    Each 16-bit field is built from a byte holding the code in its high nibble (the word
+    shifted left by 4 for the low nibbles, the word itself for the high ones) with the sign
+    replicated upwards by PRMT; a shift by 2 and a mask leave `sign << 15 | magnitude << 6`:
+    the e2m1 exponent and mantissa in the bf16 fields unbiased, the value times 2^-126
+    (code 1 = 0.5 as a bf16 subnormal); one bf16x2 multiply by 2^126 (exact) gives it."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .b32 a, t, k; mov.b32 k, 0x7E807E80; shl.b32 a, $4, 4;"
+        " prmt.b32 t, a, $4, 0xC480; shl.b32 t, t, 2; and.b32 t, t, 0x81C081C0;"
+        " mul.rn.bf16x2 $0, t, k;"
+        " prmt.b32 t, a, $4, 0xD591; shl.b32 t, t, 2; and.b32 t, t, 0x81C081C0;"
+        " mul.rn.bf16x2 $1, t, k;"
+        " prmt.b32 t, a, $4, 0xE6A2; shl.b32 t, t, 2; and.b32 t, t, 0x81C081C0;"
+        " mul.rn.bf16x2 $2, t, k;"
+        " prmt.b32 t, a, $4, 0xF7B3; shl.b32 t, t, 2; and.b32 t, t, 0x81C081C0;"
+        " mul.rn.bf16x2 $3, t, k; }",
+        "=r,=r,=r,=r,r",
+        [b],
+        dtype=(gl.bfloat16, gl.bfloat16),
+        is_pure=True,
+        pack=4,
+    )
+
+
+@gluon.jit
+def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr):
+    """bf16 [SUB, 256]: keys [k0, k0 + SUB) of the tile, channels [256 C, 256 C + 256), from
+    the raw ring; exact (SPEC section 4). Invalid keys were zero-filled by their masked
+    copies (data and scale bytes), so they decode to zeros."""
+    lay: gl.constexpr = _dec_layout()
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    NB: gl.constexpr = raw.shape[0] * raw.shape[1] * 4  # bytes of the ring slot
+    if FMT == 0:
+        l3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 8, 2], [4, 1, 1], [2, 1, 0])
+        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(k0, SUB)
+        sb = sv.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3)).to(gl.int16)
+        s16 = gl.where(sb == 0, 0x40, sb << 7).to(gl.bfloat16, bitcast=True)
+        s3 = gl.expand_dims(s16, 2).broadcast_to([SUB, 8, 32])
+        scp = gl.convert_layout(gl.reshape(s3, [SUB, 256]), lay, assert_trivial=True)
+        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(k0, SUB).load(lay)
+        x = _e4m3_bf16(b) * scp
+    elif FMT == 1:
+        l3b: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 16, 1], [4, 1, 1], [2, 1, 0])
+        sv1 = scl.slice(k0, SUB).slice(C * 16, 16, dim=1)
+        sb1 = sv1.load(gl.SliceLayout(2, l3b))
+        s1 = sb1.to(gl.float8e4nv, bitcast=True).to(gl.float32).to(gl.bfloat16)
+        s3b = gl.expand_dims(s1, 2).broadcast_to([SUB, 16, 16])
+        scp1 = gl.convert_layout(gl.reshape(s3b, [SUB, 256]), lay, assert_trivial=True)
+        lb: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+        b1 = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(k0, SUB).load(lb)
+        lo4, hi4 = _e2m1_bf16(b1)
+        # groups of 8 channels: elements 0..3 from lo4, 4..7 from hi4 (each thread keeps its
+        # registers: the result is the decode layout without data movement)
+        j = gl.join(gl.reshape(lo4, [SUB, 32, 4]), gl.reshape(hi4, [SUB, 32, 4]))
+        f = gl.reshape(gl.permute(j, [0, 1, 3, 2]), [SUB, 256])
+        x = gl.convert_layout(f, lay, assert_trivial=True) * scp1
+    else:
+        x = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(k0, SUB).load(lay)
+    return x
+
+
+@gluon.jit
+def _fetch(i, g, n_w, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+           w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT: gl.constexpr,
+           C_FMT: gl.constexpr):  # fmt: skip
+    """Start the copies of the program's tile i (the row's tile g) into ring slot i % NRAW;
+    record the keys' validity."""
+    rs = i % NRAW
+    if C_FMT == 3 or g < n_w:
+        _issue_copy(raw_smem, rs, scl_smem.index(rs), w_ptr, w_page_stride, w_page_size, sl,
+                    ok, W_FMT)  # fmt: skip
+    else:
+        _issue_copy(raw_smem, rs, scl_smem.index(rs), c_ptr, c_page_stride, c_page_size, sl,
+                    ok, C_FMT)  # fmt: skip
+    meta_smem.index(rs).store(ok.to(gl.int32))
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, num_splits, HAS_COMP: gl.constexpr,
+                 SPLIT: gl.constexpr):  # fmt: skip
+    """(window length, window tiles, compressed length, first tile, tile count, end tile) of
+    this program: the row's tiles [0, total), or with SPLIT the contiguous slice
+    [sp total / S, (sp + 1) total / S) of split sp = program_id(2) of S = num_splits."""
+    swa_len = gl.minimum(gl.maximum(gl.load(swa_lens_ptr + t), 0), W)
+    n_w = gl.cdiv(swa_len, BLOCK_N)
+    if HAS_COMP:
+        comp_len = gl.minimum(gl.maximum(gl.load(comp_lens_ptr + t), 0), K)
+    else:
+        comp_len = swa_len * 0
+    total = n_w + gl.cdiv(comp_len, BLOCK_N)
+    if SPLIT:
+        sp = gl.program_id(2)
+        lo = sp * total // num_splits
+        end = (sp + 1) * total // num_splits
+    else:
+        lo = total * 0
+        end = total
+    # at least one (all-masked) tile, so a consumer may issue its first product unconditionally
+    return swa_len, n_w, comp_len, lo, gl.maximum(end - lo, 1), end
+
+
+@gluon.jit
+def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+              bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+              SPLIT: gl.constexpr):  # fmt: skip
+    (
+        q_ptr,
+        stride_qt,
+        stride_qh,
+        w_ptr,
+        w_page_stride,
+        w_page_size,
+        w_num_slots,
+        swa_ptr,
+        stride_swa_t,
+        swa_lens_ptr,
+        W,
+        c_ptr,
+        c_page_stride,
+        c_page_size,
+        c_num_slots,
+        comp_ptr,
+        stride_comp_t,
+        comp_lens_ptr,
+        K,
+        _sink_ptr,
+        _scale,
+        _out_ptr,
+        _stride_ot,
+        _stride_oh,
+        _lse_ptr,
+        _stride_lt,
+        H,
+        _part_o_ptr,
+        _part_ml_ptr,
+        num_splits,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    t = gl.program_id(0).to(gl.int64)
+    hb = gl.program_id(1)
+    row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    gl.static_assert(NRAW == 2, "the prologue fetches tiles 0 and 1 and keeps tile 2's slots")
+    # Q as 2 [64, 256] halves in channel order, by cp.async in its own group, first: nothing it
+    # waits for (the loop's first wait_group covers it; heads >= H zero-filled)
+    ql: gl.constexpr = _dec_layout()
+    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ql))
+    hmask = heads < H
+    cq = gl.arange(0, 256, layout=gl.SliceLayout(0, ql))
+    for h in gl.static_range(2):
+        async_copy.async_copy_global_to_shared(
+            q_smem.index(h),
+            q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + cq[None, :],
+            mask=hmask[:, None],
+        )
+    async_copy.commit_group()
+    swa_row = swa_ptr + t * stride_swa_t
+    comp_row = comp_ptr + t * stride_comp_t
+    if SPLIT:
+        swa_len, n_w, comp_len, lo, n, end = _row_lengths(
+            t, swa_lens_ptr, W, comp_lens_ptr, K, num_splits, HAS_COMP, SPLIT
+        )
+        # program tile i is the row's tile lo + i
+        sl_0, ok_0 = _tile_slots(lo, n_w, end, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        sl_1, ok_1 = _tile_slots(lo + 1, n_w, end, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        sl_n, ok_n = _tile_slots(lo + 2, n_w, end, swa_row, swa_len, comp_row, comp_len,
+                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+    else:
+        # the slots of tiles 0..2 are loaded beside the lengths, not after them: the window
+        # columns of tiles 0..2 and the compressed columns of compressed tiles 0..2 (which
+        # of them a tile holds follows from the window length)
+        w0 = _spec_load(swa_row, 0, W, row_l)
+        w1 = _spec_load(swa_row, 1, W, row_l)
+        w2 = _spec_load(swa_row, 2, W, row_l)
+        if HAS_COMP:
+            c0 = _spec_load(comp_row, 0, K, row_l)
+            c1 = _spec_load(comp_row, 1, K, row_l)
+            c2 = _spec_load(comp_row, 2, K, row_l)
+        else:
+            c0 = w0
+            c1 = w0
+            c2 = w0
+        swa_len, n_w, comp_len, lo, n, end = _row_lengths(
+            t, swa_lens_ptr, W, comp_lens_ptr, K, num_splits, HAS_COMP, SPLIT
+        )
+        sl_0, ok_0 = _first_slots(0, n_w, end, w0, c0, c1, c2, swa_len, comp_len, w_num_slots,
+                                  c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        sl_1, ok_1 = _first_slots(1, n_w, end, w1, c0, c1, c2, swa_len, comp_len, w_num_slots,
+                                  c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        sl_n, ok_n = _first_slots(2, n_w, end, w2, c0, c1, c2, swa_len, comp_len, w_num_slots,
+                                  c_num_slots, HAS_COMP, row_l)  # fmt: skip
+    _fetch(0, lo, n_w, sl_0, ok_0, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+           w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+    _fetch(1, lo + 1, n_w, sl_1, ok_1, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+           w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+    # Q (the oldest of the 3 groups in flight) landed before tile 0's records, issued later
+    async_copy.wait_group(2)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(0), count=1)
+
+    for i in range(0, n):
+        # slots of tile i + NRAW were loaded one iteration ago; load those of i + NRAW + 1
+        sl_f = sl_n
+        ok_f = ok_n
+        sl_n, ok_n = _tile_slots(lo + i + NRAW + 1, n_w, end, swa_row, swa_len, comp_row,
+                                 comp_len, w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        ks = i % KS
+        rs = i % NRAW
+        async_copy.wait_group(NRAW - 1)
+        gl.thread_barrier()
+        ok_i = meta_smem.index(rs).load(row_l) != 0
+        # both consumers finished tile i - KS, the last reader of this stage
+        mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
+        for h in gl.static_range(2):
+            for k0 in gl.static_range(0, BLOCK_N, SUB):
+                if C_FMT == 3 or lo + i < n_w:
+                    x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, W_FMT, h)
+                else:
+                    x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, C_FMT, h)
+                k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
+        kval_smem.index(ks).store(ok_i.to(gl.int32))
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(1 + ks), count=1)
+        _fetch(i + NRAW, lo + i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
+               w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
+               C_FMT)  # fmt: skip
+    async_copy.wait_group(0)
+
+
+@gluon.jit
+def _qk(q_smem, k_smem, js, mma_s: gl.constexpr):
+    """Issue S = Q.K^T of K stage js (async; wait on the result)."""
+    s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
+    for h in gl.static_range(2):
+        s = warpgroup_mma(q_smem.index(h), k_smem.index(js * 2 + h).permute((1, 0)), s,
+                          is_async=True)  # fmt: skip
+    return s
+
+
+@gluon.jit
+def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
+    """Online softmax of one tile: (P bf16, rescale factor, new max, new sum)."""
+    ok_j = kval.load(gl.SliceLayout(0, mma_s)) != 0
+    s = gl.where(ok_j[None, :], s * scale, -float("inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
+    m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
+    alpha = gl.exp(m_i - m_safe)
+    p = gl.exp(s - m_safe[:, None])
+    l_new = l_i * alpha + gl.sum(p, 1)
+    return p.to(gl.bfloat16), alpha, m_new, l_new
+
+
+@gluon.jit
+def _any_in_warpgroup(x):
+    """1 in every element if any element of x (int32, consumer 0's per-head [BLOCK_H] row
+    vector: two heads per thread) is nonzero in the warpgroup, else 0: one `bar.red.or` over
+    the partition's 128 threads (barrier 0, the one its thread barriers use; the same
+    ordering guarantees as bar.sync)."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .pred p, q; .reg .b32 a; or.b32 a, $2, $3; setp.ne.b32 p, a, 0;"
+        " bar.red.or.pred q, 0, 128, p; selp.b32 $0, 1, 0, q; mov.b32 $1, $0; }",
+        "=r,=r,r,r",
+        [x],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=2,
+    )
+
+
+@gluon.jit
+def _any_in_warp(x):
+    """1 in every element if any element of x (int32, consumer 0's per-head [BLOCK_H] vector:
+    two heads per thread) is nonzero in the thread's warp (its 16 heads), else 0."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .pred p, q; .reg .b32 a; or.b32 a, $2, $3; setp.ne.b32 p, a, 0;"
+        " vote.sync.any.pred q, p, 0xffffffff; selp.b32 $0, 1, 0, q; mov.b32 $1, $0; }",
+        "=r,=r,r,r",
+        [x],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=2,
+    )
+
+
+@gluon.constexpr_function
+def _rescale_asm(n):
+    # acc elements $0..$n-1 (tied to inputs $n..$2n-1) times alpha ($2n..$3n-1) unless the
+    # flag ($3n, uniform: every thread of the warpgroup holds the same) is 0: bra.uni
+    body = " ".join(f"mul.rn.f32 ${i}, ${i}, ${2 * n + i};" for i in range(n))
+    return f"{{ .reg .pred p; setp.eq.s32 p, ${3 * n}, 0; @p bra.uni SKIP; {body} SKIP: }}"
+
+
+@gluon.constexpr_function
+def _rescale_cons(n):
+    return ",".join(["=f"] * n + [str(i) for i in range(n)] + ["f"] * n + ["r"] + ["r"] * (n - 1))
+
+
+@gluon.jit
+def _rescale_uniform(acc, alpha, flag):
+    """acc * alpha (per row) if flag (warpgroup-uniform int32, per row) is nonzero, else acc
+    untouched: a uniform branch around the multiplies inside inline PTX."""
+    a2 = gl.zeros_like(acc) + alpha[:, None]
+    f2 = gl.full_like(acc, 0, dtype=gl.int32) + flag[:, None]
+    return gl.inline_asm_elementwise(_rescale_asm(PACK), _rescale_cons(PACK), [acc, a2, f2],
+                                     dtype=gl.float32, is_pure=True, pack=PACK)  # fmt: skip
+
+
+@gluon.jit
+def _c0_rescale(acc, alpha_o, flag, fl_o):
+    if C0SKIP == 2:
+        acc = _rescale_uniform(acc, alpha_o, fl_o)
+    elif C0SKIP == 1:
+        if flag != 0.0:
+            acc = acc * alpha_o[:, None]
+    else:
+        acc = acc * alpha_o[:, None]
+    return acc
+
+
+@gluon.jit
+def _softmax_lazy(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
+    """Online softmax of one tile with a lazy reference max: a head's max moves (to the
+    tile's) only when the tile's max exceeds it by more than LAZY_LOG, so P <= e^LAZY_LOG;
+    (P bf16, rescale factor (exactly 1 where the max did not move), new max, new sum, 1 if
+    any head of the warpgroup moved)."""
+    ok_j = kval.load(gl.SliceLayout(0, mma_s)) != 0
+    s = gl.where(ok_j[None, :], s * scale, -float("inf"))
+    mt = gl.max(s, 1)
+    upd = mt > m_i + LAZY_LOG
+    m_new = gl.where(upd, mt, m_i)
+    # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
+    m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
+    alpha = gl.where(upd, gl.exp(m_i - m_safe), 1.0)
+    p = gl.exp(s - m_safe[:, None])
+    l_new = l_i * alpha + gl.sum(p, 1)
+    if WARP:
+        fl = _any_in_warp(upd.to(gl.int32))
+    else:
+        fl = _any_in_warpgroup(upd.to(gl.int32))
+    return p.to(gl.bfloat16), alpha, m_new, l_new, fl
+
+
+@gluon.jit
+def _softmax_handoff(s, j, kval, p_smem, x_smem, bars, m_i, l_i, scale, mma_s: gl.constexpr,
+                     mma_o: gl.constexpr, PF: gl.constexpr):  # fmt: skip
+    """Consumer 0's online softmax of its tile j and the hand-off of P (bf16) and the rescale
+    factor to consumer 1 (P buffer j % 2, free once consumer 1 finished tile j - 2); returns
+    (P, rescale factor in the accumulator's row layout, new max, new sum)."""
+    ps = j % 2
+    if LAZY:
+        p16, alpha, m_i, l_i, fl = _softmax_lazy(s, kval, m_i, l_i, scale, mma_s)
+        if FORCE:
+            fl = gl.full_like(fl, 1)
+    else:
+        p16, alpha, m_i, l_i = _softmax(s, kval, m_i, l_i, scale, mma_s)
+        fl = gl.full(alpha.shape, 1, gl.int32, alpha.type.layout)
+    mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
+    p_smem.index(ps).store(p16)
+    x_smem.index(ps).store(alpha)
+    if LAZY:
+        x_smem.index(3 + ps).store(fl.to(gl.float32))
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(PF + ps), count=1)
+    if LAZY and C0SKIP == 1:
+        one_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        flag = gl.max(x_smem.index(3 + ps).slice(0, 1).load(one_l), 0)
+    else:
+        flag = 1.0
+    row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
+    return (p16, gl.convert_layout(alpha, row_o), m_i, l_i, flag,
+            gl.convert_layout(fl, row_o))  # fmt: skip
+
+
+@gluon.jit
+def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+               SPLIT: gl.constexpr):  # fmt: skip
+    """Q.K^T of the whole tile, the online softmax, P (bf16) and the rescale factor to shared
+    memory for consumer 1, P.V over channels [0, 256)."""
+    (
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
+        _w_ptr,
+        _w_page_stride,
+        _w_page_size,
+        _w_num_slots,
+        _swa_ptr,
+        _stride_swa_t,
+        swa_lens_ptr,
+        W,
+        _c_ptr,
+        _c_page_stride,
+        _c_page_size,
+        _c_num_slots,
+        _comp_ptr,
+        _stride_comp_t,
+        comp_lens_ptr,
+        K,
+        sink_ptr,
+        scale,
+        out_ptr,
+        stride_ot,
+        stride_oh,
+        lse_ptr,
+        stride_lt,
+        H,
+        part_o_ptr,
+        part_ml_ptr,
+        num_splits,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    t = gl.program_id(0).to(gl.int64)
+    hb = gl.program_id(1)
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
+    )
+    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
+    _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
+                                                          num_splits, HAS_COMP, SPLIT)  # fmt: skip
+    PF: gl.constexpr = 2 + 2 * KS
+    m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
+    l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
+    acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
+    mbarrier.wait(bars.index(0), 0)
+    mbarrier.wait(bars.index(1), 0)
+    s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, 0, mma_s)])
+    for j in range(0, n - 1):
+        js = j % KS
+        # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax
+        jn = (j + 1) % KS
+        mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1)
+        s_tok = _qk(q_smem, k_smem, jn, mma_s)
+        p16, alpha_o, m_i, l_i, flag, fl_o = _softmax_handoff(
+            s_cur, j, kval_smem.index(js), p_smem, x_smem, bars, m_i, l_i, scale, mma_s, mma_o, PF
+        )
+        acc = _c0_rescale(acc, alpha_o, flag, fl_o)
+        tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2), acc,
+                            is_async=True)  # fmt: skip
+        acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(1 + KS + js), count=1)
+    # the last tile: no look-ahead product (its tensor-core time would delay this P.V)
+    jl = n - 1
+    js = jl % KS
+    p16, alpha_o, m_i, l_i, flag, fl_o = _softmax_handoff(s_cur, jl, kval_smem.index(js), p_smem,
+                                                          x_smem, bars, m_i, l_i, scale, mma_s,
+                                                          mma_o, PF)  # fmt: skip
+    acc = _c0_rescale(acc, alpha_o, flag, fl_o)
+    tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2), acc,
+                        is_async=True)  # fmt: skip
+    acc = warpgroup_mma_wait(0, deps=[tok])
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(1 + KS + js), count=1)
+
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
+    omask = oheads < H
+    if SPLIT:
+        # the slice's partial state for the combine kernel: (m, l) and acc, unnormalized
+        pidx = (t * H + oheads) * num_splits + gl.program_id(2)
+        gl.store(part_ml_ptr + pidx * 2, m_i, mask=omask)
+        gl.store(part_ml_ptr + pidx * 2 + 1, l_i, mask=omask)
+        _store_part(acc, part_o_ptr, t, H, hb, num_splits, 0, mma_o)
+    else:
+        # sink in the denominator only; the denominator to consumer 1
+        has = m_i > -float("inf")
+        m_safe_o = gl.where(has, m_i, 0.0)
+        sink = gl.load(sink_ptr + oheads, mask=omask, other=0.0)
+        denom = gl.where(has, l_i + gl.exp(sink - m_safe_o), 0.0)
+        x_smem.index(2).store(denom)
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(PF + 4), count=1)
+        lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
+        gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
+        _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), out_ptr, t,
+                   stride_ot, stride_oh, hb, H, 0, mma_o)  # fmt: skip
+    return (m_i,)
+
+
+@gluon.jit
+def _rcp_approx(x):
+    """rcp.approx.ftz.f32 (MUFU.RCP): the reciprocal inside div.full.f32's sequence."""
+    return gl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x],
+                                     dtype=gl.float32, is_pure=True, pack=1)  # fmt: skip
+
+
+@gluon.jit
+def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C: gl.constexpr,
+               mma_o: gl.constexpr):  # fmt: skip
+    # acc / denom exactly as div.full.f32 computes it, with one reciprocal per head instead of
+    # one division sequence per element (bitwise the same): both operands scaled by 1/4 when
+    # |denom| > 2^126, by 2^24 when |denom| < 2^-126, then acc * rcp.approx(denom)
+    ad = gl.abs(denom)
+    c = gl.where(ad > 2.0**126, 0.25, gl.where(ad < 2.0**-126, 16777216.0, 1.0))
+    r = _rcp_approx(denom * c)
+    q = (acc * c[:, None]) * r[:, None]
+    o = gl.where(denom[:, None] > 0.0, q, 0.0).to(gl.bfloat16)
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
+    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
+    ptrs = out_ptr + t * stride_ot + oheads[:, None] * stride_oh + C * 256 + oc[None, :]
+    gl.store(ptrs, o, mask=(oheads < H)[:, None])
+
+
+@gluon.jit
+def _store_part(acc, part_o_ptr, t, H, hb, num_splits, C: gl.constexpr, mma_o: gl.constexpr):
+    """Channels [256 C, 256 C + 256) of the unnormalized fp32 accumulator into the partials
+    (fp32 [T, H, splits, D]) of split program_id(2)."""
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
+    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
+    pidx = (t * H + oheads) * num_splits + gl.program_id(2)
+    ptrs = part_o_ptr + pidx[:, None] * D + C * 256 + oc[None, :]
+    gl.store(ptrs, acc, mask=(oheads < H)[:, None])
+
+
+@gluon.jit
+def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+               SPLIT: gl.constexpr):  # fmt: skip
+    """P.V over channels [256, 512) with P and the rescale factor from consumer 0."""
+    (
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
+        _w_ptr,
+        _w_page_stride,
+        _w_page_size,
+        _w_num_slots,
+        _swa_ptr,
+        _stride_swa_t,
+        swa_lens_ptr,
+        W,
+        _c_ptr,
+        _c_page_stride,
+        _c_page_size,
+        _c_num_slots,
+        _comp_ptr,
+        _stride_comp_t,
+        comp_lens_ptr,
+        K,
+        _sink_ptr,
+        _scale,
+        out_ptr,
+        stride_ot,
+        stride_oh,
+        _lse_ptr,
+        _stride_lt,
+        H,
+        part_o_ptr,
+        _part_ml_ptr,
+        num_splits,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    t = gl.program_id(0).to(gl.int64)
+    hb = gl.program_id(1)
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
+    )
+    row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
+    one_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
+                                                          num_splits, HAS_COMP, SPLIT)  # fmt: skip
+    PF: gl.constexpr = 2 + 2 * KS
+    acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
+    for j in range(0, n):
+        js = j % KS
+        ps = j % 2
+        mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
+        if LAZY and WARP:
+            # this warp's heads are consumer 0's warp's: their flags are the same
+            fw = x_smem.index(3 + ps).load(row_o).to(gl.int32)
+            acc = _rescale_uniform(acc, x_smem.index(ps).load(row_o), fw)
+        elif LAZY:
+            fl = x_smem.index(3 + ps).slice(0, 1).load(one_l)
+            if gl.max(fl, 0) != 0.0:
+                alpha = x_smem.index(ps).load(row_o)
+                acc = acc * alpha[:, None]
+        else:
+            alpha = x_smem.index(ps).load(row_o)
+            acc = acc * alpha[:, None]
+        tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1), acc,
+                            is_async=True)  # fmt: skip
+        acc = warpgroup_mma_wait(0, deps=[tok])
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
+        mbarrier.arrive(bars.index(1 + KS + js), count=1)
+    if SPLIT:
+        _store_part(acc, part_o_ptr, t, H, hb, num_splits, 1, mma_o)
+    else:
+        mbarrier.wait(bars.index(PF + 4), 0)
+        denom = x_smem.index(2).load(row_o)
+        _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, 1, mma_o)
+
+
+@gluon.jit
+def _gluon_sparse_attn_kernel(
+    q_ptr, stride_qt, stride_qh,  # bf16 q; strides in elements
+    w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr, stride_swa_t, swa_lens_ptr, W,
+    c_ptr, c_page_stride, c_page_size, c_num_slots, comp_ptr, stride_comp_t, comp_lens_ptr, K,
+    sink_ptr, scale,
+    out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # bf16 out
+    H,
+    part_o_ptr, part_ml_ptr, num_splits,  # SPLIT: fp32 [T, H, splits, D], [T, H, splits, 2]
+    W_FMT: gl.constexpr, C_FMT: gl.constexpr, SPLIT: gl.constexpr,
+):  # fmt: skip
+    KS: gl.constexpr = _kstages(W_FMT, C_FMT)
+    RW: gl.constexpr = _raw_words(W_FMT, C_FMT)
+    plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 256], gl.bfloat16)
+    k_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 256], gl.bfloat16)
+    p_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], gl.bfloat16)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, 256], q_lay)
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2 * KS, BLOCK_N, 256], k_lay)
+    raw_smem = gl.allocate_shared_memory(gl.int32, [NRAW * 2, BLOCK_N, RW], plain)
+    scl_smem = gl.allocate_shared_memory(gl.uint8, [NRAW, BLOCK_N, 32], plain)
+    meta_smem = gl.allocate_shared_memory(gl.int32, [NRAW, BLOCK_N], plain1)
+    kval_smem = gl.allocate_shared_memory(gl.int32, [KS, BLOCK_N], plain1)
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, BLOCK_N], p_lay)
+    x_smem = gl.allocate_shared_memory(gl.float32, [5, BLOCK_H], plain1)
+    # barriers: 0 Q stored; 1 + s K stage s filled; 1 + KS + s stage s released (2 arrivals);
+    # PF + b P buffer b filled; PF + 2 + b P buffer b consumed; PF + 4 denominator stored
+    PF: gl.constexpr = 2 + 2 * KS
+    bars = gl.allocate_shared_memory(gl.int64, [PF + 5, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(1 + KS):
+        mbarrier.init(bars.index(b), count=1)
+    for b in gl.static_range(1 + KS, PF):
+        mbarrier.init(bars.index(b), count=2)
+    for b in gl.static_range(PF, PF + 5):
+        mbarrier.init(bars.index(b), count=1)
+    fence_async_shared()
+    gl.thread_barrier()
+    a = (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr,
+         stride_swa_t, swa_lens_ptr, W, c_ptr, c_page_stride, c_page_size, c_num_slots,
+         comp_ptr, stride_comp_t, comp_lens_ptr, K, sink_ptr, scale, out_ptr, stride_ot,
+         stride_oh, lse_ptr, stride_lt, H, part_o_ptr, part_ml_ptr, num_splits)  # fmt: skip
+    gl.warp_specialize(
+        [
+            (
+                _consumer0,
+                (
+                    a,
+                    q_smem,
+                    k_smem,
+                    raw_smem,
+                    scl_smem,
+                    meta_smem,
+                    kval_smem,
+                    p_smem,
+                    x_smem,
+                    bars,
+                    W_FMT,
+                    C_FMT,
+                    KS,
+                    SPLIT,
+                ),
+            ),
+            (
+                _consumer1,
+                (
+                    a,
+                    q_smem,
+                    k_smem,
+                    raw_smem,
+                    scl_smem,
+                    meta_smem,
+                    kval_smem,
+                    p_smem,
+                    x_smem,
+                    bars,
+                    W_FMT,
+                    C_FMT,
+                    KS,
+                    SPLIT,
+                ),
+            ),
+            (
+                _producer,
+                (
+                    a,
+                    q_smem,
+                    k_smem,
+                    raw_smem,
+                    scl_smem,
+                    meta_smem,
+                    kval_smem,
+                    p_smem,
+                    x_smem,
+                    bars,
+                    W_FMT,
+                    C_FMT,
+                    KS,
+                    SPLIT,
+                ),
+            ),
+        ],
+        [4, 4],
+        [C1_REGS, PRODUCER_REGS],
+    )
