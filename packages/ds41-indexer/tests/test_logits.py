@@ -6,6 +6,7 @@ import pytest
 import torch
 from helpers import make_queries, make_scenario, reference_logits, scale_edge_scenario
 
+from ds41_cache.backend import interpreter_active
 from ds41_cache.testing import triton_device
 from ds41_indexer import index_logits
 from ds41_indexer.ops.logits.naive import BF16_MAX, cast_logits
@@ -13,6 +14,9 @@ from ds41_indexer.ops.logits.naive import BF16_MAX, cast_logits
 BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.interpreter)]
 FORMATS = ["mxfp4", "fp8_index"]
 DEV = triton_device()  # CUDA where present (the Triton backend needs it or the interpreter)
+# the kernel's fp32 arithmetic for the interpreter (its bf16 / fp16 is unreliable); compiled, the
+# GPU's path (the upcast variant does not compile)
+UPCAST = interpreter_active()
 
 
 def rows() -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,7 +162,9 @@ def test_triton_other_tiles(
     monkeypatch: pytest.MonkeyPatch, config: tuple[int, int, int, int]
 ) -> None:
     """Other tile shapes (rows ending mid-program, one tile per program) score the same entries;
-    the default tile (the GPU's) runs in every other interpreter test."""
+    the default tile (the GPU's) runs in every other interpreter test. The Triton kernel is
+    called directly: on a GPU `index_logits` dispatches to the Gluon kernel, whose spans are
+    the default tile's."""
     from ds41_indexer.ops.logits import triton_kernels
 
     monkeypatch.setattr(triton_kernels, "TILE", config)
@@ -166,12 +172,15 @@ def test_triton_other_tiles(
     q, w = make_queries(7, 4, 32, seed=16, device=DEV)
     req, pos = rows()
     pos = torch.where(req == 1, pos + 70, pos)
-    got = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1, backend="triton")
-    ref, bound = reference_logits(sc, q, w, req, pos, 1, got.shape[1])
+    n = sc.block_table.shape[1] * sc.cache.page_size
+    args = (sc.cache, sc.block_table)
+    got = torch.empty(7, n, device=DEV)
+    triton_kernels.paged_logits_triton(q, w, *args, req, pos, 1, got, upcast=UPCAST)
+    ref, bound = reference_logits(sc, q, w, req, pos, 1, n)
     check_close(got, ref, bound, 1e-5)
-    one = index_logits(
-        q[1:2], w[1:2], sc.cache, sc.block_table, req[1:2], pos[1:2], 1, backend="triton"
-    )
+    one = torch.empty(1, n, device=DEV)
+    s = slice(1, 2)
+    triton_kernels.paged_logits_triton(q[s], w[s], *args, req[s], pos[s], 1, one, upcast=UPCAST)
     assert torch.equal(one, got[1:2])
 
 
@@ -192,11 +201,11 @@ def test_triton_pass_over_done_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     spans = -(-n // 16)
     assert spans % 4 != 0  # the last program looks past the row
     args = (q, w, sc.cache, sc.block_table, req, pos, 1)
-    full = triton_kernels.paged_logits_triton(*args, torch.empty(7, n, device=DEV), upcast=True)
+    full = triton_kernels.paged_logits_triton(*args, torch.empty(7, n, device=DEV), upcast=UPCAST)
     done = torch.rand(7, spans, generator=torch.Generator().manual_seed(23)) < 0.5
     done = done.to(torch.int8).to(DEV)
     got = torch.full((7, n), 7.0, device=DEV)
-    triton_kernels.paged_logits_triton(*args, got, upcast=True, done=done)
+    triton_kernels.paged_logits_triton(*args, got, upcast=UPCAST, done=done)
     scored = (done == 0).repeat_interleave(16, dim=1)[:, :n]
     assert bool(scored.any()) and not bool(scored.all())
     assert torch.equal(got[scored].view(torch.int32), full[scored].view(torch.int32))
