@@ -12,23 +12,21 @@ decode, *drop2 = no products / softmax, *drop3 = no record copies. The time a dr
 what that stage costs on the critical path. `--tile-sweep` times rows of 4..20 tiles (per-tile
 cost vs fixed cost of a program; the production kernel and `pipe` when timed). `--bits pipe`:
 the production kernel must give bitwise the outputs of the lab variant `pipe` (the
-non-persistent kernel, one program per item); persistent variants (`gluon_persist.py`):
-persist, persist_gN (a grid of N programs), persist_sN (split mode, N slices; bitwise
-`--bits persist_sN:gluon_sN`, gluon_sN the production split path), persist_dropK (its stage
-drops, as pipe_dropK). `--sweep-rows` sets the tile sweep's row counts. `--split`: the fast
-(split) path's checks (planner split at T = 1, 8, 64; with `--check ...,split` also forced
-split counts 2, 7, 32 through `check`) and its times at small T against forced split counts,
-the invariant kernel and the Triton split path. `lab8_<k>[_<n>]`: the eighth session's lab
-copy `gluon_lab8.py` with LAB = k (and LABN = n), timing only for k != 0. `lab9[_<spec>][_sN]`:
-the ninth session's second lab copy `gluon_lab9.py` (records gathered into the producer's
-registers; production's bits by construction: check with `--bits lab9:gluon`), `LAB9_SPECS`.
-`lab10[_<spec>]`: the tenth session's lab copy `gluon_lab10.py` (the lazy rescale with
-switches), `LAB10_SPECS`.
-`--hidden IMPLS` times those again with the host's launch latency hidden
+non-persistent kernel, one program per item). `--sweep-rows` sets the tile sweep's row counts.
+`--split`: the fast (split) path's checks (planner split at T = 1, 8, 64; with `--check
+...,split` also forced split counts 2, 7, 32 through `check`) and its times at small T against
+forced split counts, the invariant kernel and the Triton split path. `lab10[_<spec>]`: the tenth
+session's lab copy `gluon_lab10.py` (the lazy rescale with switches), `LAB10_SPECS`. `--hidden
+IMPLS` times those again with the host's launch latency hidden
 (`ds41_attention.bench.LAUNCH_HIDDEN`: a GPU busy wait ahead of each sample), rows and tile
 sweep, beside a graph of one empty kernel timed both ways. `--files NAME=PATH` adds a kernel
-file with the production signature as variant NAME. A table of kernel times (graph replay,
-us) and the sweeps' least-squares fits (us per tile, fixed us) are printed last.
+file with the production signature as variant NAME: the lab copies measured and retired (64-key
+tiles `gluon_chunked.py`, the eighth session's switches `gluon_lab8.py`, records in registers
+`gluon_lab9.py`) are in the history at commit 5c8c4c0, e.g. `git show
+5c8c4c0:packages/ds41-attention/scripts/gluon_lab9.py > /tmp/lab9.py` then `--files
+lab9=/tmp/lab9.py` (their module-constant variants need that commit's gluon_profile.py; the
+persistent grid `gluon_persist.py` had its own launcher there too). A table of kernel times
+(graph replay, us) and the sweeps' least-squares fits (us per tile, fixed us) are printed last.
 """
 
 from __future__ import annotations
@@ -62,19 +60,6 @@ from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, ran
 
 CUDA = torch.device("cuda")
 LAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab.py")
-PERSIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_persist.py")
-CHUNKED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_chunked.py")
-# variants of the 64-key chunked lab kernel (`chunk_<spec>[_dropK][_sN]`): 64 = as committed
-# (64-key tiles, 2 K stages, 16-key ring chunks, 2 of them); n32: 32-key tiles, 3 K stages,
-# 16-key chunks, 4 of them; n32c32: 32-key tiles and chunks, 2 in the ring (the production
-# kernel's tiles, stages and look-ahead: bitwise its outputs); c8: 8-key chunks, 4 in the ring
-CHUNK_SPECS: dict[str, dict[str, int]] = {
-    "64": {},
-    "n32": {"BLOCK_N": 32, "KSMAIN": 3, "NRAW": 4, "C1_REGS": 168, "PRODUCER_REGS": 136},
-    "n32c32": {"BLOCK_N": 32, "KSMAIN": 3, "CHUNK": 32, "NRAW": 2, "C1_REGS": 168,
-               "PRODUCER_REGS": 136},
-    "c8": {"CHUNK": 8, "NRAW": 4},
-}  # fmt: skip
 # variants of the production kernel itself (`prod_<spec>`): its module constants replaced
 PROD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "ds41_attention",
                     "ops", "sparse_attention", "gluon_kernels.py")  # fmt: skip
@@ -84,23 +69,6 @@ PROD_SPECS: dict[str, dict[str, int]] = {
     # ninth session's prologue fetches tiles 0 and 1 by hand and asserts NRAW == 2)
     "p120": {"PRODUCER_REGS": 120},  # consumer 0 gets 216 registers (128 / 208 since attn9)
     "p136": {"PRODUCER_REGS": 136},  # the split before attn9 (200 for consumer 0)
-}
-# the eighth session's lab copy of the production kernel (`lab8_<k>[_<n>]`: LAB = k, LABN = n)
-LAB8 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab8.py")
-# the ninth session's second lab copy (`lab9[_<spec>][_s<N>]`): records gathered straight into
-# the producer's registers (no cp.async raw ring), production's arithmetic; specs replace its
-# module constants: ks4 = 4 K stages (the raw ring's shared memory freed), p136 = producer 136
-# / consumer 1 160 registers, ks4p136 both, nohand = the first compressed tile's records loaded
-# after the window tiles (HANDOVER = 0), k4 = production's decode layout (4 keys a thread,
-# per-key work on 16 lanes; ONE_KEY = 0); _sN: split mode with N slices
-LAB9 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab9.py")
-LAB9_SPECS: dict[str, dict[str, int]] = {
-    "": {},
-    "ks4": {"KSTAGES": 4},
-    "p136": {"C1_REGS": 160, "PRODUCER_REGS": 136},
-    "ks4p136": {"KSTAGES": 4, "C1_REGS": 160, "PRODUCER_REGS": 136},
-    "nohand": {"HANDOVER": 0},
-    "k4": {"ONE_KEY": 0},
 }
 # the tenth session's lab copy (`lab10[_<spec>]`): production's kernel with a lazy rescale
 # (measured, not adopted), with switches: force = the rescale branch taken every tile (the
@@ -155,42 +123,11 @@ def launch_lab(mod: ModuleType, *args):
 
 
 def launch_prod_like(mod: ModuleType, *args, splits: int = 1):
-    """A kernel with the production kernel's signature (a `chunk_*` variant or a previous
+    """A kernel with the production kernel's signature (a lab copy or a previous
     production file) launched as the production launcher does (`splits` > 1: split mode and
     the combine kernel)."""
     return launch_with(mod._gluon_sparse_attn_kernel, {"maxnreg": mod.GLUON_MAXNREG}, *args,
                        splits=splits)  # fmt: skip
-
-
-def launch_persist(mod: ModuleType, *args, grid: int | None = None, splits: int = 1):
-    """A `gluon_persist.py` variant (the persistent grid): grid min(items, SMs) (or `grid`
-    programs), the item count after the split arguments; `splits` > 1 runs split mode (items
-    (row, head block, slice)) and the production combine kernel, as `launch_gluon_fast`."""
-    from ds41_attention.ops.sparse_attention.triton_kernels import _combine_kernel
-
-    q = args[0]
-    t_rows, h, d = q.shape
-    out = torch.empty((t_rows, h, d), dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty((t_rows, h), dtype=torch.float32, device=q.device)
-    a, fmts = kernel_args(*args, out, lse)
-    items = t_rows * -(-h // mod.GLUON_BLOCK_H) * splits
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    if splits > 1:
-        part_o = torch.empty((t_rows, h, splits, d), dtype=torch.float32, device=q.device)
-        part_ml = torch.empty((t_rows, h, splits, 2), dtype=torch.float32, device=q.device)
-    else:
-        part_o, part_ml = lse, lse
-    mod._gluon_sparse_attn_kernel[(min(items, grid or sms),)](
-        *a, part_o, part_ml, splits, items, **fmts, SPLIT=splits > 1,
-        num_warps=mod.GLUON_NUM_WARPS, maxnreg=mod.GLUON_MAXNREG,
-    )  # fmt: skip
-    if splits > 1:
-        _combine_kernel[(t_rows, h)](
-            part_o, part_ml, splits, args[7], out, out.stride(0), out.stride(1), lse,
-            lse.stride(0), h, D=d, BLOCK_S=max(2, 1 << (splits - 1).bit_length()),
-            UPCAST=False, num_warps=4,
-        )  # fmt: skip
-    return out, lse
 
 
 def _problem(wfmt: str, cfmt: str | None, rows: int, h: int, seed: int) -> tuple:
@@ -491,32 +428,10 @@ def main() -> None:
     }  # fmt: skip
     prod = {"triton": launch_sparse_attention, "gluon": launch_gluon_sparse_attention}
     impls: dict[str, Any] = {n: prod[n] for n in a.baselines.split(",") if n in prod}
-    # the persistent lab kernel; persist_gN: on a grid of N programs (many items each),
-    # persist_sN: split mode with N slices (compare with gluon_sN, the production split path)
-    # persist_dropK: its stage drop K (DROP switch of gluon_persist.py, timing only)
-    persist_mod: dict[int, ModuleType] = {}
     names = a.variants.split(",")
     for n in names:
-        if n.startswith("persist"):
-            m = re.fullmatch(r"persist(?:_g(\d+))?(?:_s(\d+))?(?:_drop(\d))?", n)
-            assert m, n
-            drop = int(m.group(3) or 0)
-            if drop not in persist_mod:
-                persist_mod[drop] = load_variant(f"persist{drop}", PERSIST, DROP=drop)
-            impls[n] = functools.partial(launch_persist, persist_mod[drop],
-                                         grid=int(m.group(1)) if m.group(1) else None,
-                                         splits=int(m.group(2) or 1))  # fmt: skip
-        elif n == "old":
+        if n == "old":
             impls[n] = functools.partial(launch_prod_like, load_variant("old", a.old))
-        elif n.startswith("lab8_"):
-            k, _, nn = n[5:].partition("_")
-            consts = {"LAB": int(k)} | ({"LABN": int(nn)} if nn else {})
-            impls[n] = functools.partial(launch_prod_like, load_variant(n, LAB8, **consts))
-        elif n == "lab9" or n.startswith("lab9_"):
-            m = re.fullmatch(r"lab9(?:_(?!s\d+$)([a-z0-9]+?))?(?:_s(\d+))?", n)
-            assert m and (m.group(1) or "") in LAB9_SPECS, n
-            mod = load_variant(n, LAB9, **LAB9_SPECS[m.group(1) or ""])
-            impls[n] = functools.partial(launch_prod_like, mod, splits=int(m.group(2) or 1))
         elif n == "lab10" or n.startswith("lab10_"):
             spec10 = n[6:]
             assert spec10 in LAB10_SPECS, n
@@ -525,12 +440,6 @@ def main() -> None:
         elif n.startswith("prod_"):
             impls[n] = functools.partial(launch_prod_like,
                                          load_variant(n, PROD, **PROD_SPECS[n[5:]]))  # fmt: skip
-        elif n.startswith("chunk_"):
-            m = re.fullmatch(r"chunk_([a-z0-9]+?)(?:_drop(\d))?(?:_s(\d+))?", n)
-            assert m, n
-            consts = CHUNK_SPECS[m.group(1)] | {"DROP": int(m.group(2) or 0)}
-            mod = load_variant(n, CHUNKED, **consts)
-            impls[n] = functools.partial(launch_prod_like, mod, splits=int(m.group(3) or 1))
         elif re.fullmatch(r"gluon_s\d+", n):
             impls[n] = functools.partial(launch_gluon_fast, splits=int(n[7:]))
         else:
