@@ -19,7 +19,17 @@ kernel (`ops/logits/gluon_kernels.py` at main 5275f0d) with one knob, `PERSIST`:
   kernel's for done spans): which program scores a span changes nothing. What it removes: a
   program's fixed cost (launch, barrier set-up, query fold, the ring's fill and drain, the
   flag handover) paid once a program slot instead of once per item, and the partial last wave
-  (the items are spread over one wave to within one item). Offline: `gluon12_sass.py`; the
+  (the items are spread over one wave to within one item).
+- DYN=True (with PERSIST): the items are claimed one at a time instead (the producer's lane 0:
+  a relaxed atomic add on a counter `ctr_ptr[0]`, int32, zero at the launch), in claim order,
+  so the programs balance themselves as the hardware's scheduler balances the package's
+  programs; the producer posts each item to the consumer (two item slots, one mbarrier phase
+  an item; the end as an item >= the launch's) before its tiles, and a program that claims
+  past the end counts itself out on `ctr_ptr[1]`; the last one sets both back to 0 (release /
+  acquire), so every launch starts from zeroed counters, graph replays included (two launches
+  on one counter buffer must not run concurrently). A program's consecutive items are
+  usually of different rows, so the queries are folded about once an item, as the package's
+  programs do. Offline: `gluon12_sass.py`; the
   protocol: `gluon12_protocol_sim.py`; on the H200: `gluon12_plugin.py`, `gluon12_lab.py`,
   `round10b_call1.sh`.
 
@@ -618,12 +628,90 @@ def _pf_issue_p(i, refill, page, ok, c_first, entry_base, wptr, pw, data_smem, r
 
 
 @gluon.jit
-def _pproducer(a, n_rows, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
-               PAGE_SIZE: gl.constexpr, STAGES: gl.constexpr,
-               TILES: gl.constexpr):  # fmt: skip
-    """The producer of a persistent program: `_producer`'s per-tile work over the program's
-    items (TILES tiles of one row each), one after the other, each item's range bits handed
-    over after it."""
+def _claim(ctr_ptr):
+    """DYN: the next item of the launch (one relaxed atomic add of lane 0 on the claim counter,
+    the old value broadcast over the warp; nothing is published through the counter, and
+    `_retire`'s release orders the claims before the reset)."""
+    l1: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, 32, layout=l1)
+    old = gl.atomic_add(ctr_ptr + lane * 0, gl.full([32], 1, gl.int32, l1), mask=lane == 0,
+                        sem="relaxed")  # fmt: skip
+    return gl.max(gl.where(lane == 0, old, 0), axis=0)
+
+
+@gluon.jit
+def _retire(ctr_ptr):
+    """DYN: the program is done claiming: count it out; the last program of the launch sets
+    both counters back to 0 (every program's claims precede its count, so none claims after),
+    so every launch starts from zeroed counters (graph replays included; two launches must not
+    run concurrently on one counter buffer)."""
+    l1: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, 32, layout=l1)
+    npg = gl.num_programs(0)
+    old = gl.atomic_add(ctr_ptr + 1 + lane * 0, gl.full([32], 1, gl.int32, l1), mask=lane == 0)
+    last = (lane == 0) & (old == npg - 1)
+    gl.atomic_xchg(ctr_ptr + lane * 0, gl.zeros([32], gl.int32, l1), mask=last)
+    gl.atomic_xchg(ctr_ptr + 1 + lane * 0, gl.zeros([32], gl.int32, l1), mask=last)
+
+
+@gluon.jit
+def _post_item(item_smem, ibar, m, item):
+    """DYN: the producer's m-th item (or the end: an item >= the launch's items) to the
+    consumer: slot m % 2, one phase of ibar an item."""
+    fl1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+    item_smem.index(m % 2).store(gl.zeros([128], gl.int32, fl1) + item)
+    gl.thread_barrier()
+    mbarrier.arrive(ibar.index(0), count=1)
+
+
+@gluon.jit
+def _read_item(item_smem, ibar, m):
+    """DYN: the consumer's m-th item (`_post_item`), as a scalar."""
+    fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    mbarrier.wait(ibar.index(0), m & 1)
+    return gl.max(item_smem.index(m % 2).load(fl), axis=0)
+
+
+@gluon.jit
+def _pitem_produce(m, j, lim, n_vis, r_at, bt_ptr, entry_base, n_cols, bt_cols, num_pages,
+                   wptr, pw, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
+                   rows, words, keys, nib, dl: gl.constexpr, kl: gl.constexpr,
+                   PAGE_SIZE: gl.constexpr, STAGES: gl.constexpr,
+                   TILES: gl.constexpr):  # fmt: skip
+    """The producer's work on the program's m-th item (item j of a row: lim, n_vis, r_at):
+    `_producer`'s per-tile work, then the item's range bits (bit k: span k of the item) to the
+    consumer: flag slot m % 2, one phase of xbar 1 an item."""
+    c_first = j * TILES * BLOCK_N
+    refill = m > 0
+    pbad = gl.zeros([BLOCK_N], gl.int32, gl.SliceLayout(1, kl))
+    page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, bt_cols, num_pages,
+                          PAGE_SIZE)  # fmt: skip
+    sw = _pf_issue_p(0, refill, page, ok, c_first, entry_base, wptr, pw, data_smem, ready,
+                     empty, rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
+    for i in range(1, TILES):
+        page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first + i * BLOCK_N, n_cols, n_vis,
+                              bt_cols, num_pages, PAGE_SIZE)  # fmt: skip
+        nxt = _pf_issue_p(i, refill, page, ok, c_first, entry_base, wptr, pw, data_smem, ready,
+                          empty, rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
+        pbad = _pf_finish(i - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
+                          STAGES)  # fmt: skip
+        sw = nxt
+    pbad = _pf_finish(TILES - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
+                      STAGES)  # fmt: skip
+    pbits = gl.reduce(pbad, 0, _bit_or)
+    fl1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+    flag_smem.index(m % 2).store(gl.zeros([128], gl.int32, fl1) + pbits)
+    gl.thread_barrier()
+    mbarrier.arrive(xbar.index(1), count=1)
+
+
+@gluon.jit
+def _pproducer(a, n_rows, ctr_ptr, data_smem, fac_smem, mult_smem, ready, empty, xbar,
+               flag_smem, item_smem, ibar, PAGE_SIZE: gl.constexpr, STAGES: gl.constexpr,
+               TILES: gl.constexpr, DYN: gl.constexpr):  # fmt: skip
+    """The producer of a persistent program: `_pitem_produce` on the program's items (TILES
+    tiles of one row each), one after the other: its contiguous share of the launch's items, or
+    (DYN) the items it claims one at a time, each posted to the consumer before its tiles."""
     (
         _q_ptr,
         _w_ptr,
@@ -654,7 +742,6 @@ def _pproducer(a, n_rows, data_smem, fac_smem, mult_smem, ready, empty, xbar, fl
         done_cols,
     ) = a
     items_row = (done_cols + TILES // SPAN - 1) // (TILES // SPAN)
-    e0, e1 = _item_range(n_rows, items_row)
     dl: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [1, 1], [1, 0])
     kl: gl.constexpr = gl.BlockedLayout([2, 4], [32, 1], [1, 1], [1, 0])
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, dl))
@@ -663,53 +750,146 @@ def _pproducer(a, n_rows, data_smem, fac_smem, mult_smem, ready, empty, xbar, fl
     nib = gl.arange(0, 4, layout=gl.SliceLayout(0, kl))
     wptr = cache_ptr.to(gl.pointer_type(gl.int32))
     pw = page_stride // 4
-    fl1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
-    # (row t, item j of the row), advanced item by item (no division in the loop)
-    t = e0 // items_row
-    j = e0 - t * items_row
-    lim, n_vis, r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req, bt_stride_r,
-                               entry_base, n_cols)  # fmt: skip
-    for m in range(0, e1 - e0):
-        if j == items_row:
-            j = j - items_row
-            t = t + 1
-            lim, n_vis, r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
-                                       bt_stride_r, entry_base, n_cols)  # fmt: skip
-        c_first = j * TILES * BLOCK_N
-        refill = m > 0
-        pbad = gl.zeros([BLOCK_N], gl.int32, gl.SliceLayout(1, kl))
-        page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, bt_cols,
-                              num_pages, PAGE_SIZE)  # fmt: skip
-        sw = _pf_issue_p(0, refill, page, ok, c_first, entry_base, wptr, pw, data_smem, ready,
-                         empty, rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
-        for i in range(1, TILES):
-            page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first + i * BLOCK_N, n_cols,
-                                  n_vis, bt_cols, num_pages, PAGE_SIZE)  # fmt: skip
-            nxt = _pf_issue_p(i, refill, page, ok, c_first, entry_base, wptr, pw, data_smem,
-                              ready, empty, rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
-            pbad = _pf_finish(i - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys,
-                              nib, STAGES)  # fmt: skip
-            sw = nxt
-        pbad = _pf_finish(TILES - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys,
-                          nib, STAGES)  # fmt: skip
-        # the item's range bits (bit k: span k of the item) to the consumer: flag slot m % 2,
-        # one phase of xbar 1 an item
-        pbits = gl.reduce(pbad, 0, _bit_or)
-        flag_smem.index(m % 2).store(gl.zeros([128], gl.int32, fl1) + pbits)
-        gl.thread_barrier()
-        mbarrier.arrive(xbar.index(1), count=1)
-        j = j + 1
+    if DYN:
+        total = (gl.program_id(0) * 0 + n_rows) * items_row
+        item = _claim(ctr_ptr)
+        m = 0
+        t_cur = item * 0 - 1
+        lim, n_vis, r_at = _row_of(gl.program_id(0).to(gl.int64) * 0, req_ptr, pos_ptr, ratio,
+                                   n_req, bt_stride_r, entry_base, n_cols)  # fmt: skip
+        while item < total:
+            _post_item(item_smem, ibar, m, item)
+            t = item // items_row
+            j = item - t * items_row
+            if t != t_cur:
+                lim, n_vis, r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
+                                           bt_stride_r, entry_base, n_cols)  # fmt: skip
+                t_cur = t
+            _pitem_produce(m, j, lim, n_vis, r_at, bt_ptr, entry_base, n_cols, bt_cols,
+                           num_pages, wptr, pw, data_smem, fac_smem, mult_smem, ready, empty,
+                           xbar, flag_smem, rows, words, keys, nib, dl, kl, PAGE_SIZE, STAGES,
+                           TILES)  # fmt: skip
+            item = _claim(ctr_ptr)
+            m = m + 1
+        _post_item(item_smem, ibar, m, item)
+        _retire(ctr_ptr)
+    else:
+        e0, e1 = _item_range(n_rows, items_row)
+        # (row t, item j of the row), advanced item by item (no division in the loop)
+        t = e0 // items_row
+        j = e0 - t * items_row
+        lim, n_vis, r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req, bt_stride_r,
+                                   entry_base, n_cols)  # fmt: skip
+        for m in range(0, e1 - e0):
+            if j == items_row:
+                j = j - items_row
+                t = t + 1
+                lim, n_vis, r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
+                                           bt_stride_r, entry_base, n_cols)  # fmt: skip
+            _pitem_produce(m, j, lim, n_vis, r_at, bt_ptr, entry_base, n_cols, bt_cols,
+                           num_pages, wptr, pw, data_smem, fac_smem, mult_smem, ready, empty,
+                           xbar, flag_smem, rows, words, keys, nib, dl, kl, PAGE_SIZE, STAGES,
+                           TILES)  # fmt: skip
+            j = j + 1
+
+
+@gluon.jit
+def _pitem_consume(m, t64, j, lim, wf, q_ok, gslots, slot, lane, lane_rows, zero, qlo, qhi,
+                   cand_ptr, out_ptr, gmax_ptr, done_ptr, entry_base, n_cols, cand_stride_t,
+                   cand_cols, out_stride_t, gmax_stride_t, done_stride_t, done_cols, data_smem,
+                   fac_smem, mult_smem, ready, empty, xbar, flag_smem, HI_PAD: gl.constexpr,
+                   HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
+                   STAGES: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
+    """The consumer's work on the program's m-th item (item j of row t64; lim, the folded
+    queries' wf and q_ok): `_consume`'s per-tile work (NC = 1), the group maxima after each
+    block of BT tiles, then the item's `done` flags (span k of the item: bit k of the
+    producer's range bits, flag slot m % 2, phase m of xbar 1, and the row's query test; lane
+    k stores span k's). Returns the group-maximum slots."""
+    mma: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HI_PAD, 16]
+    )
+    a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    rl: gl.constexpr = _raw_layout()
+    scl: gl.constexpr = gl.SliceLayout(2, rl)
+    row: gl.constexpr = gl.SliceLayout(1, mma)
+    gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
+    fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    NS: gl.constexpr = TILES // SPAN
+    BT: gl.constexpr = TILES if TILES < 32 else 32
+    c_first = j * TILES * BLOCK_N
+    out_row = out_ptr + t64 * out_stride_t
+    for b0 in range(0, TILES, BT):
+        for i in range(b0, b0 + BT):
+            s = i % STAGES
+            c0 = c_first + i * BLOCK_N
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
+            raw = raw.load(rl)
+            fac = fac_smem.index(s).load(scl)
+            kfac = mult_smem.index(s).load(row)
+            gl.thread_barrier()
+            mbarrier.arrive(empty.index(s), count=1)
+            fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
+            lw, hw = _e2m1_pair_f16(raw, fac)
+            l0, l1 = _f16x2_halves(lw)
+            h0, h1 = _f16x2_halves(hw)
+            lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op,
+                                   assert_trivial=True)  # fmt: skip
+            hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op,
+                                   assert_trivial=True)  # fmt: skip
+            acc = warpgroup_mma(lo, qlo, zero, is_async=True)
+            acc = warpgroup_mma(hi, qhi, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
+            logit = logit * kfac
+            valid = lane_rows < lim - c0
+            in_row = lane_rows < n_cols - c0
+            out_at = out_row + c0
+            keep = valid
+            if HAS_CAND:
+                entries = entry_base + c0 + lane_rows
+                cm = gl.load(cand_ptr + t64 * cand_stride_t + entries,
+                             mask=valid & (entries < cand_cols), other=0)  # fmt: skip
+                keep = keep & (cm != 0)
+            logit = gl.where(keep, logit, float("-inf"))
+            if OUT_BF16:
+                bmax: gl.constexpr = 3.3895313892515355e38
+                lb = gl.where(logit == float("-inf"), logit,
+                              gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
+                b = lb.to(gl.uint32, bitcast=True)
+                rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+                gl.store(out_at + lane_rows, rounded.to(gl.int16), mask=in_row)
+            else:
+                gl.store(out_at + lane_rows, logit, mask=in_row)
+            if HAS_GMAX:
+                key = gl.where(valid, _score_to_key(logit), 0)
+                kw = gl.convert_layout(gl.max(gl.reshape(key, [4, BLOCK_N // 4]), axis=1),
+                                       gl.SliceLayout(1, gml))  # fmt: skip
+                gslots = gl.where(slot[None, :] == i - b0, kw[:, None], gslots)
+        if HAS_GMAX:
+            gk = gl.max(gslots, axis=0)
+            g = c_first // BLOCK_N + b0 + slot
+            gkeep = (slot < BT) & (g * BLOCK_N < n_cols)
+            gl.store(gmax_ptr + t64 * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),
+                     mask=gkeep)  # fmt: skip
+    mbarrier.wait(xbar.index(1), m & 1)
+    bits = flag_smem.index(m % 2).load(fl)
+    fine = (((bits >> lane) & 1) == 0) & q_ok
+    col = j * NS + lane
+    gl.store(done_ptr + t64 * done_stride_t + col, fine.to(gl.int8),
+             mask=(lane < NS) & (col < done_cols))  # fmt: skip
+    return gslots
 
 
 @gluon.jit
 def _pconsume(a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
-              flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr, HAS_CAND: gl.constexpr,
-              OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
-              TILES: gl.constexpr):  # fmt: skip
-    """The consumer warpgroup of a persistent program: `_consume`'s per-tile work (NC = 1) over
-    the program's items (TILES tiles of one row each); the queries folded again when the row
-    changes; after each item its `done` flags (the group maxima after each block of BT tiles,
-    as `_consume`)."""
+              flag_smem, item_smem, ibar, HI: gl.constexpr, HI_PAD: gl.constexpr,
+              HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
+              STAGES: gl.constexpr, TILES: gl.constexpr, DYN: gl.constexpr):  # fmt: skip
+    """The consumer warpgroup of a persistent program: `_pitem_consume` on the program's items
+    (its contiguous share, or (DYN) those the producer posts until it posts the end); the
+    queries are folded again when the row changes (after a barrier of the warpgroup, so every
+    warp's products of the last tile are complete)."""
     (
         q_ptr,
         w_ptr,
@@ -745,22 +925,9 @@ def _pconsume(a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
     mma: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HI_PAD, 16]
     )
-    a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    rl: gl.constexpr = _raw_layout()
-    scl: gl.constexpr = gl.SliceLayout(2, rl)
     row: gl.constexpr = gl.SliceLayout(1, mma)
     NS: gl.constexpr = TILES // SPAN
     items_row = (done_cols + NS - 1) // NS
-    e0, e1 = _item_range(n_rows, items_row)
-    # (row t, item j of the row), advanced item by item (no division in the loop)
-    t = e0 // items_row
-    j = e0 - t * items_row
-    lim, _n_vis, _r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req, bt_stride_r,
-                                 entry_base, n_cols)  # fmt: skip
-    wf, q_ok = _fold_queries(q_ptr, w_ptr, t.to(gl.int64), q_stride_t, q_stride_h, w_stride_t,
-                             q_smem, q2_smem, HI, HI_PAD, mma, True)  # fmt: skip
-    fence_async_shared()
-    gl.thread_barrier()
     qlo = q_smem.permute((1, 0))
     qhi = q2_smem.permute((1, 0))
     lane_rows = gl.arange(0, BLOCK_N, layout=row)
@@ -768,109 +935,95 @@ def _pconsume(a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
     gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
     slot = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
     gslots = gl.zeros([4, 32], gl.uint32, gml)
-    BT: gl.constexpr = TILES if TILES < 32 else 32
     fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     lane = gl.arange(0, 128, layout=fl)
-    for m in range(0, e1 - e0):
-        if j == items_row:
-            # a new row: every warp's products of the last tile are complete, then its queries
-            j = j - items_row
-            t = t + 1
-            gl.thread_barrier()
-            lim, _n_vis, _r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
-                                         bt_stride_r, entry_base, n_cols)  # fmt: skip
-            wf, q_ok = _fold_queries(q_ptr, w_ptr, t.to(gl.int64), q_stride_t, q_stride_h,
-                                     w_stride_t, q_smem, q2_smem, HI, HI_PAD, mma,
-                                     True)  # fmt: skip
-            fence_async_shared()
-            gl.thread_barrier()
-        t64 = t.to(gl.int64)
-        c_first = j * TILES * BLOCK_N
-        out_row = out_ptr + t64 * out_stride_t
-        for b0 in range(0, TILES, BT):
-            for i in range(b0, b0 + BT):
-                s = i % STAGES
-                c0 = c_first + i * BLOCK_N
-                mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-                raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8],
-                                                      _raw_smem_layout())  # fmt: skip
-                raw = raw.load(rl)
-                fac = fac_smem.index(s).load(scl)
-                kfac = mult_smem.index(s).load(row)
+    if DYN:
+        total = (gl.program_id(0) * 0 + n_rows) * items_row
+        m = 0
+        item = _read_item(item_smem, ibar, m)
+        t_cur = item * 0 - 1
+        # placeholders until the first item's row (folded below: t_cur = -1)
+        lim = item * 0
+        wf = gl.zeros([HI_PAD], gl.float32, gl.SliceLayout(0, mma))
+        q_ok = item < 0
+        while item < total:
+            t = item // items_row
+            j = item - t * items_row
+            if t != t_cur:
                 gl.thread_barrier()
-                mbarrier.arrive(empty.index(s), count=1)
-                fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
-                lw, hw = _e2m1_pair_f16(raw, fac)
-                l0, l1 = _f16x2_halves(lw)
-                h0, h1 = _f16x2_halves(hw)
-                lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op,
-                                       assert_trivial=True)  # fmt: skip
-                hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op,
-                                       assert_trivial=True)  # fmt: skip
-                acc = warpgroup_mma(lo, qlo, zero, is_async=True)
-                acc = warpgroup_mma(hi, qhi, acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=[acc])
-                logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
-                logit = logit * kfac
-                valid = lane_rows < lim - c0
-                in_row = lane_rows < n_cols - c0
-                out_at = out_row + c0
-                keep = valid
-                if HAS_CAND:
-                    entries = entry_base + c0 + lane_rows
-                    cm = gl.load(cand_ptr + t64 * cand_stride_t + entries,
-                                 mask=valid & (entries < cand_cols), other=0)  # fmt: skip
-                    keep = keep & (cm != 0)
-                logit = gl.where(keep, logit, float("-inf"))
-                if OUT_BF16:
-                    bmax: gl.constexpr = 3.3895313892515355e38
-                    lb = gl.where(logit == float("-inf"), logit,
-                                  gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
-                    b = lb.to(gl.uint32, bitcast=True)
-                    rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
-                    gl.store(out_at + lane_rows, rounded.to(gl.int16), mask=in_row)
-                else:
-                    gl.store(out_at + lane_rows, logit, mask=in_row)
-                if HAS_GMAX:
-                    key = gl.where(valid, _score_to_key(logit), 0)
-                    kw = gl.convert_layout(gl.max(gl.reshape(key, [4, BLOCK_N // 4]), axis=1),
-                                           gl.SliceLayout(1, gml))  # fmt: skip
-                    gslots = gl.where(slot[None, :] == i - b0, kw[:, None], gslots)
-            if HAS_GMAX:
-                gk = gl.max(gslots, axis=0)
-                g = c_first // BLOCK_N + b0 + slot
-                gkeep = (slot < BT) & (g * BLOCK_N < n_cols)
-                gl.store(gmax_ptr + t64 * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),
-                         mask=gkeep)  # fmt: skip
-        # the item's flags (span k of the item: bit k of the producer's range bits, slot m % 2,
-        # phase m of xbar 1, and the row's query test); lane k stores span k's
-        mbarrier.wait(xbar.index(1), m & 1)
-        bits = flag_smem.index(m % 2).load(fl)
-        fine = (((bits >> lane) & 1) == 0) & q_ok
-        col = j * NS + lane
-        gl.store(done_ptr + t64 * done_stride_t + col, fine.to(gl.int8),
-                 mask=(lane < NS) & (col < done_cols))  # fmt: skip
-        j = j + 1
+                lim, _n_vis, _r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
+                                             bt_stride_r, entry_base, n_cols)  # fmt: skip
+                wf, q_ok = _fold_queries(q_ptr, w_ptr, t.to(gl.int64), q_stride_t, q_stride_h,
+                                         w_stride_t, q_smem, q2_smem, HI, HI_PAD, mma,
+                                         True)  # fmt: skip
+                fence_async_shared()
+                gl.thread_barrier()
+                t_cur = t
+            gslots = _pitem_consume(m, t.to(gl.int64), j, lim, wf, q_ok, gslots, slot, lane,
+                                    lane_rows, zero, qlo, qhi, cand_ptr, out_ptr, gmax_ptr,
+                                    done_ptr, entry_base, n_cols, cand_stride_t, cand_cols,
+                                    out_stride_t, gmax_stride_t, done_stride_t, done_cols,
+                                    data_smem, fac_smem, mult_smem, ready, empty, xbar,
+                                    flag_smem, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES,
+                                    TILES)  # fmt: skip
+            m = m + 1
+            item = _read_item(item_smem, ibar, m)
+    else:
+        e0, e1 = _item_range(n_rows, items_row)
+        # (row t, item j of the row), advanced item by item (no division in the loop)
+        t = e0 // items_row
+        j = e0 - t * items_row
+        lim, _n_vis, _r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
+                                     bt_stride_r, entry_base, n_cols)  # fmt: skip
+        wf, q_ok = _fold_queries(q_ptr, w_ptr, t.to(gl.int64), q_stride_t, q_stride_h,
+                                 w_stride_t, q_smem, q2_smem, HI, HI_PAD, mma, True)  # fmt: skip
+        fence_async_shared()
+        gl.thread_barrier()
+        for m in range(0, e1 - e0):
+            if j == items_row:
+                # a new row: every warp's products of the last tile are complete, then its
+                # queries
+                j = j - items_row
+                t = t + 1
+                gl.thread_barrier()
+                lim, _n_vis, _r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
+                                             bt_stride_r, entry_base, n_cols)  # fmt: skip
+                wf, q_ok = _fold_queries(q_ptr, w_ptr, t.to(gl.int64), q_stride_t, q_stride_h,
+                                         w_stride_t, q_smem, q2_smem, HI, HI_PAD, mma,
+                                         True)  # fmt: skip
+                fence_async_shared()
+                gl.thread_barrier()
+            gslots = _pitem_consume(m, t.to(gl.int64), j, lim, wf, q_ok, gslots, slot, lane,
+                                    lane_rows, zero, qlo, qhi, cand_ptr, out_ptr, gmax_ptr,
+                                    done_ptr, entry_base, n_cols, cand_stride_t, cand_cols,
+                                    out_stride_t, gmax_stride_t, done_stride_t, done_cols,
+                                    data_smem, fac_smem, mult_smem, ready, empty, xbar,
+                                    flag_smem, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES,
+                                    TILES)  # fmt: skip
+            j = j + 1
 
 
 @gluon.jit
 def _pconsumer_main(a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty,
-                    xbar, flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr,
+                    xbar, flag_smem, item_smem, ibar, HI: gl.constexpr, HI_PAD: gl.constexpr,
                     HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
-                    STAGES: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
+                    STAGES: gl.constexpr, TILES: gl.constexpr,
+                    DYN: gl.constexpr):  # fmt: skip
     _pconsume(a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
-              flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES)  # fmt: skip
+              flag_smem, item_smem, ibar, HI, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES,
+              TILES, DYN)  # fmt: skip
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["n_rows"])
 def _gluon_logits_kernel(
     q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr, done_ptr,
     ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t, n_req, bt_cols, bt_stride_r,
     num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t, gmax_stride_t,
-    done_stride_t, done_cols, n_rows,
+    done_stride_t, done_cols, n_rows, ctr_ptr,
     HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr,
     OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr,
     NC: gl.constexpr, CONSUMER_REGS: gl.constexpr, PERSIST: gl.constexpr = False,
+    DYN: gl.constexpr = False,
 ):  # fmt: skip
     plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, DI // 2], gl.float16)
@@ -907,15 +1060,23 @@ def _gluon_logits_kernel(
     # (constexprs stay constexprs only when the argument tuples are written in place)
     if PERSIST:
         gl.static_assert(NC == 1)
-        # two flag slots (span m's range bits in slot m % 2; flag_smem is not used)
+        # two flag slots (item m's range bits in slot m % 2; flag_smem is not used); DYN: two
+        # item slots and their mbarrier
         pflag_smem = gl.allocate_shared_memory(gl.int32, [2, 128], plain1)
+        item_smem = gl.allocate_shared_memory(gl.int32, [2, 128], plain1)
+        ibar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        if DYN:
+            mbarrier.init(ibar.index(0), count=1)
+            fence_async_shared()
+            gl.thread_barrier()
         gl.warp_specialize(
             [
                 (_pconsumer_main, (a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem,
-                                   ready, empty, xbar, pflag_smem, HI, HI_PAD, HAS_CAND,
-                                   OUT_BF16, HAS_GMAX, STAGES, TILES)),
-                (_pproducer, (a, n_rows, data_smem, fac_smem, mult_smem, ready, empty, xbar,
-                              pflag_smem, PAGE_SIZE, STAGES, TILES)),
+                                   ready, empty, xbar, pflag_smem, item_smem, ibar, HI, HI_PAD,
+                                   HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, DYN)),
+                (_pproducer, (a, n_rows, ctr_ptr, data_smem, fac_smem, mult_smem, ready, empty,
+                              xbar, pflag_smem, item_smem, ibar, PAGE_SIZE, STAGES, TILES,
+                              DYN)),
             ],
             [1],
             [PRODUCER_REGS],

@@ -6,10 +6,11 @@ bench's `_time`).
 
 - "this": the package's `paged_logits_gpu` (its kernel at its `gluon_config` shape + the
   Triton pass over the flags).
-- "persist Tt Pn": the same dispatch with the lab kernel: calls `gluon_config` gives one
-  consumer run as one persistent launch of n programs (n = min(items, SMs x 4): one wave) over
-  items of t tiles, then the same Triton pass; two-consumer calls (few programs) run the
-  package's kernel.
+- "persist sT Pn" / "persist dT Pn": the same dispatch with the lab kernel: calls
+  `gluon_config` gives one consumer run as one persistent launch of n programs (n = min(items,
+  SMs x 4): one wave) over items of T tiles, each program taking its contiguous share ("s") or
+  claiming items one at a time ("d", DYN), then the same Triton pass; two-consumer calls (few
+  programs) run the package's kernel.
 - "this @NC1 T128": the package's kernel at 8 spans a program (the cheap alternative where
   `gluon_config` gives 4: fewer programs, no persistent loop).
 - "fused ...": `paged_index_topk` (validate=False) with the package's kernel and with the lab
@@ -19,7 +20,7 @@ Every timed logits result is compared bitwise with the Triton kernel alone (logi
 maxima; `same`), every fused result with the package's; the script exits 1 on any mismatch.
 
     python packages/ds41-indexer/scripts/issue12/gluon12_lab.py [--json out.json]
-        [--plan 64:32768,f256:1048576,...] [--iters 7] [--items 32,16] [--launch-hidden]
+        [--plan 64:32768,f256:1048576,...] [--iters 7] [--persist s32,d32,d64] [--launch-hidden]
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ PLAN = ("64:32768,64:131072,256:1048576,f256:1048576,256:131072,128:32768,32:327
         "f64:131072,f64:32768")  # fmt: skip
 
 
-def persist_module(item_tiles: int):  # type: ignore[no-untyped-def]
-    """The lab stand-in: one wave of programs over items of `item_tiles` tiles."""
+def persist_module(tag: str):  # type: ignore[no-untyped-def]
+    """The lab stand-in for a variant "sT" / "dT": one wave of programs over items of T tiles,
+    static shares or claimed (DYN)."""
     wave = plug.one_wave(DEV)
-    return plug.shim(lambda _tiles, _dev: wave, item_tiles)
+    return plug.shim(lambda _tiles, _dev: wave, int(tag[1:]), tag[0] == "d")
 
 
 def this_at(config, q, w, cache, table, req, pos, ratio, out, gmax):
@@ -112,8 +114,8 @@ def run_size(size: str, gen: torch.Generator, iters: int, res: dict[str, object]
     if nc == 1:
         wave = plug.one_wave(DEV)
         for tag, mod in persist.items():
-            n = min(rows * -(-spans // (int(tag) // 16)), wave)
-            plan.append((f"persist T{tag} P{n}", mod, None))
+            n = min(rows * -(-spans // (int(tag[1:]) // 16)), wave)
+            plan.append((f"persist {tag} P{n}", mod, None))
         if tiles == 64:
             plan.append(("this @NC1 T128", package_kernels, partial(this_at, (1, 128))))
     for name, mod, fn in plan:
@@ -143,7 +145,7 @@ def run_fused(size: str, gen: torch.Generator, iters: int, res: dict[str, object
     args = (q, w, cache, table, req, pos, 1)
     nbytes = rows * ctx * 68
     ref = paged_index_topk(*args, bench.TOPK, validate=False)
-    variants = [("this", package_kernels), *((f"persist T{t}", m) for t, m in persist.items())]
+    variants = [("this", package_kernels), *((f"persist {t}", m) for t, m in persist.items())]
     for name, mod in variants:
         call = partial(paged_index_topk, *args, bench.TOPK, validate=False)
         try:
@@ -167,12 +169,14 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--iters", type=int, default=7)
     ap.add_argument("--plan", default=PLAN, help="rows:context,... ('f' prefix: fused call)")
-    ap.add_argument("--items", default="32,16", help="persistent variants: tiles an item")
+    ap.add_argument(
+        "--persist", default="s32,d32,d64", help="variants: s (static) or d (DYN) + item tiles"
+    )
     ap.add_argument("--launch-hidden", action="store_true", help="bench.LAUNCH_HIDDEN timing")
     a = ap.parse_args()
     bench.LAUNCH_HIDDEN = a.launch_hidden
     gen = torch.Generator(device=DEV).manual_seed(0)
-    persist = {t: persist_module(int(t)) for t in a.items.split(",") if t}
+    persist = {t: persist_module(t) for t in a.persist.split(",") if t}
     res: dict[str, object] = {"device": torch.cuda.get_device_name(), "hidden": a.launch_hidden,
                               "one_wave": plug.one_wave(DEV)}  # fmt: skip
     for size in a.plan.split(","):

@@ -1,16 +1,16 @@
 # mypy: disable-error-code="no-untyped-def"
 """Issue 12, tenth session, second round (helper idx10b): offline sm_90a figures of the
-persistent-grid lab kernel (`gluon12_kernels.py`, `PERSIST`), no GPU needed.
+persistent-grid lab kernel (`gluon12_kernels.py`, `PERSIST`, `DYN`), no GPU needed.
 
 Compiles the package's Gluon kernel at every one-consumer program shape, the lab kernel with
 PERSIST off (must be the package's SASS: compared instruction for instruction, addresses and
-parameter offsets aside) and on with items of 16 to 128 tiles, for the bench's geometry (Hi 32,
-page 64, group maxima, f32 out), and prints registers, spills, shared memory, the SASS
-instructions per tile of the consumer and producer loops (`gluon10_sass.report`) and, for the
-persistent kernel, the static instructions of its item loop outside the tile loop (consumer /
-producer; the query fold on a row change, which runs once a row, included). Then the work per
-program slot of the package's grid and of the persistent one (items of 32 and 16 tiles) at the
-bench's shapes (132 SMs x 4 programs).
+parameter offsets aside) and on with items of 16 to 128 tiles (static shares and DYN), for the
+bench's geometry (Hi 32, page 64, group maxima, f32 out), and prints registers, spills, shared
+memory, the SASS instructions per tile of the consumer and producer loops
+(`gluon10_sass.report`) and, for the persistent kernel, the static instructions of its item
+loop outside the tile loop (consumer / producer; the query fold included, which runs once a
+row change). Then the work per program slot of the package's grid and of the persistent one
+(static shares, items of 32 and 16 tiles) at the bench's shapes (132 SMs x 4 programs).
 
     python packages/ds41-indexer/scripts/issue12/gluon12_sass.py [--out FILE]
 """
@@ -24,9 +24,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gluon7_sass import NOT_DIV16  # noqa: E402
+from gluon7_sass import NOT_DIV16, PTRS  # noqa: E402
 
 NOT_DIV16.add("n_rows")
+PTRS["ctr_ptr"] = "*i32"
 from gluon10_sass import load, report  # noqa: E402
 
 SLOTS = 132 * 4
@@ -141,10 +142,15 @@ def main() -> None:
     ]
     print("\n".join(lines), flush=True)
     variants = [(f"package NC1 T{t}", pkg, {"TILES": t}) for t in (16, 32, 64, 128)]
-    variants += [(f"lab PERSIST off T{t}", lab, {"TILES": t, "PERSIST": False}) for t in (16, 32)]
-    variants += [
-        (f"lab PERSIST T{t}", lab, {"TILES": t, "PERSIST": True}) for t in (16, 32, 64, 128)
-    ]
+    # (every constexpr given: GluonASTSource does not apply the signature's defaults)
+    off = {"PERSIST": False, "DYN": False}
+    variants += [(f"lab PERSIST off T{t}", lab, {"TILES": t, **off}) for t in (16, 32)]
+    for dyn in (False, True):
+        name = "lab PERSIST DYN" if dyn else "lab PERSIST"
+        variants += [
+            (f"{name} T{t}", lab, {"TILES": t, "PERSIST": True, "DYN": dyn})
+            for t in (16, 32, 64, 128)
+        ]
     sass: dict[str, str] = {}
     for name, mod, extra in variants:
         r = report(mod, {"NC": 1, **extra})
