@@ -177,6 +177,7 @@ def main() -> None:
     bench.LAUNCH_HIDDEN = a.launch_hidden
     gen = torch.Generator(device=DEV).manual_seed(0)
     persist = {t: persist_module(t) for t in a.persist.split(",") if t}
+    plug.counters(torch.device("cuda", torch.cuda.current_device()))  # before any capture
     res: dict[str, object] = {"device": torch.cuda.get_device_name(), "hidden": a.launch_hidden,
                               "one_wave": plug.one_wave(DEV)}  # fmt: skip
     for size in a.plan.split(","):

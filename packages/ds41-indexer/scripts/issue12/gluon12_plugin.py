@@ -79,6 +79,9 @@ def counters(device):  # type: ignore[no-untyped-def]
     import torch
 
     if device not in _COUNTERS:
+        if torch.cuda.is_current_stream_capturing():
+            # (a buffer allocated in a capture belongs to the graph's pool)
+            raise RuntimeError("gluon12_plugin.counters: allocate before any graph capture")
         _COUNTERS[device] = torch.zeros(2, dtype=torch.int32, device=device)
     return _COUNTERS[device]
 
@@ -149,6 +152,10 @@ def use(mod: types.ModuleType) -> None:
 
 def pytest_configure(config) -> None:  # type: ignore[no-untyped-def]
     use(shim())
+    import torch
+
+    if torch.cuda.is_available():
+        counters(torch.device("cuda", torch.cuda.current_device()))
     count = os.environ.get("GLUON12_COUNT")
     if count:
         slots = os.environ.get("GLUON12_SLOTS", DEFAULT_SLOTS)
