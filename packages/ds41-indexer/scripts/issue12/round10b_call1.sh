@@ -1,8 +1,10 @@
 #!/bin/bash
 # Issue 12, tenth session, second round (helper idx10b): one H200 call for the persistent-grid
 # lab kernel (gluon12_kernels.py, PERSIST, DYN). From a copy of the tree's root with the four
-# packages' src on PYTHONPATH (about 60 s cold start + <= 130 s tests + <= 90 s lab):
-# 1. the indexer's GPU tests (-n 4) with the lab kernel in place of the package's
+# packages' src on PYTHONPATH (about 60 s cold start + <= 140 s tests + <= 90 s lab; the tests
+# compile every kernel variant they use, so they run on 8 xdist workers (the H200 host has 16
+# cores; idx10's call took 124 s at -n 4)):
+# 1. the indexer's GPU tests (-n 8) with the lab kernel in place of the package's
 #    (-p gluon12_plugin): one-consumer launches run the persistent kernel with items of the
 #    TILES the launcher or the test asks for, on 7 / 3 / 61 programs at T16 / T32 / T64 and one
 #    wave at T128 (GLUON12_SLOTS), so programs run many items and cross rows, claiming them
@@ -17,7 +19,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 S=packages/ds41-indexer/scripts/issue12
 export PYTHONPATH=$PYTHONPATH:$PWD/$S
 t0=$(date +%s)
-GLUON12_COUNT=$OUT/persist_launches.txt timeout ${TEST_S:-130} python3 -m pytest -q -m gpu -n 4 \
+GLUON12_COUNT=$OUT/persist_launches.txt timeout ${TEST_S:-140} python3 -m pytest -q -m gpu -n ${TEST_N:-8} \
   -p gluon12_plugin -p no:cacheprovider packages/ds41-indexer/tests > $OUT/gpu_tests_persist.log 2>&1
 echo "gpu tests (lab kernel) rc=$? $(( $(date +%s) - t0 )) s"
 tail -2 $OUT/gpu_tests_persist.log | cut -c1-300
