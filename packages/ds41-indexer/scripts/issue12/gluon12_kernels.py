@@ -655,21 +655,29 @@ def _retire(ctr_ptr):
 
 
 @gluon.jit
-def _post_item(item_smem, ibar, m, item):
+def _post_item(item_smem, ibar, m, item, t, j):
     """DYN: the producer's m-th item (or the end: an item >= the launch's items) to the
-    consumer: slot m % 2, one phase of ibar an item."""
-    fl1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
-    item_smem.index(m % 2).store(gl.zeros([128], gl.int32, fl1) + item)
+    consumer as (item, row t, item j of the row): slot m % 2, one phase of ibar an item."""
+    l1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+    k = gl.arange(0, 4, layout=l1)
+    w = gl.where(k == 0, item, gl.where(k == 1, t, j))
+    item_smem.index(m % 2).store(w)
     gl.thread_barrier()
     mbarrier.arrive(ibar.index(0), count=1)
 
 
 @gluon.jit
 def _read_item(item_smem, ibar, m):
-    """DYN: the consumer's m-th item (`_post_item`), as a scalar."""
-    fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    """DYN: the consumer's m-th (item, t, j) (`_post_item`), as scalars: every thread loads
+    the three words (a replicated layout), so no cross-thread reduction is needed."""
+    l4: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    k = gl.arange(0, 4, layout=l4)
     mbarrier.wait(ibar.index(0), m & 1)
-    return gl.max(item_smem.index(m % 2).load(fl), axis=0)
+    w = item_smem.index(m % 2).load(l4)
+    item = gl.sum(gl.where(k == 0, w, 0), axis=0)
+    t = gl.sum(gl.where(k == 1, w, 0), axis=0)
+    j = gl.sum(gl.where(k == 2, w, 0), axis=0)
+    return item, t, j
 
 
 @gluon.jit
@@ -758,9 +766,9 @@ def _pproducer(a, n_rows, ctr_ptr, data_smem, fac_smem, mult_smem, ready, empty,
         lim, n_vis, r_at = _row_of(gl.program_id(0).to(gl.int64) * 0, req_ptr, pos_ptr, ratio,
                                    n_req, bt_stride_r, entry_base, n_cols)  # fmt: skip
         while item < total:
-            _post_item(item_smem, ibar, m, item)
             t = item // items_row
             j = item - t * items_row
+            _post_item(item_smem, ibar, m, item, t, j)
             if t != t_cur:
                 lim, n_vis, r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
                                            bt_stride_r, entry_base, n_cols)  # fmt: skip
@@ -771,7 +779,7 @@ def _pproducer(a, n_rows, ctr_ptr, data_smem, fac_smem, mult_smem, ready, empty,
                            TILES)  # fmt: skip
             item = _claim(ctr_ptr)
             m = m + 1
-        _post_item(item_smem, ibar, m, item)
+        _post_item(item_smem, ibar, m, item, item * 0, item * 0)
         _retire(ctr_ptr)
     else:
         e0, e1 = _item_range(n_rows, items_row)
@@ -940,15 +948,13 @@ def _pconsume(a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
     if DYN:
         total = (gl.program_id(0) * 0 + n_rows) * items_row
         m = 0
-        item = _read_item(item_smem, ibar, m)
+        item, t, j = _read_item(item_smem, ibar, m)
         t_cur = item * 0 - 1
         # placeholders until the first item's row (folded below: t_cur = -1)
         lim = item * 0
         wf = gl.zeros([HI_PAD], gl.float32, gl.SliceLayout(0, mma))
         q_ok = item < 0
         while item < total:
-            t = item // items_row
-            j = item - t * items_row
             if t != t_cur:
                 gl.thread_barrier()
                 lim, _n_vis, _r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
@@ -967,7 +973,7 @@ def _pconsume(a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
                                     flag_smem, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES,
                                     TILES)  # fmt: skip
             m = m + 1
-            item = _read_item(item_smem, ibar, m)
+            item, t, j = _read_item(item_smem, ibar, m)
     else:
         e0, e1 = _item_range(n_rows, items_row)
         # (row t, item j of the row), advanced item by item (no division in the loop)
@@ -1063,7 +1069,7 @@ def _gluon_logits_kernel(
         # two flag slots (item m's range bits in slot m % 2; flag_smem is not used); DYN: two
         # item slots and their mbarrier
         pflag_smem = gl.allocate_shared_memory(gl.int32, [2, 128], plain1)
-        item_smem = gl.allocate_shared_memory(gl.int32, [2, 128], plain1)
+        item_smem = gl.allocate_shared_memory(gl.int32, [2, 4], plain1)
         ibar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
         if DYN:
             mbarrier.init(ibar.index(0), count=1)
