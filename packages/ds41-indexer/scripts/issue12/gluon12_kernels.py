@@ -1,0 +1,1116 @@
+# mypy: disable-error-code="no-untyped-def"
+"""Issue 12, tenth session, second round (helper idx10b), LAB copy of the package's Gluon logits
+kernel (`ops/logits/gluon_kernels.py` at main 5275f0d) with one knob, `PERSIST`:
+
+- PERSIST=False: the package's kernel, function for function (the same SASS).
+- PERSIST=True (one consumer warpgroup only): a persistent grid. A row's spans are cut into
+  items of TILES tiles (TILES / 16 spans, as the package's programs); the launch has P programs
+  (grid (P, 1); the lab takes P = min(items, SMs x 4): one wave, 4 programs an SM) and program
+  p scores the items [p I / P, (p + 1) I / P) of the I = rows x items-a-row items in row-major
+  order (contiguous, balanced to one item), one after the other: the ring's stages, barriers
+  and phases continue across items (TILES is a multiple of 2 x STAGES, so a tile's stage and
+  phase are those of its index in the item; only the first STAGES tiles of the program skip the
+  wait for a free stage), the queries are folded again only when the row changes (and the
+  row's visible limit read again), the group maxima are stored after each block of 32 tiles as
+  in the package, and the producer hands each item's range bits to the consumer through one
+  mbarrier phase an item (two flag slots), so the consumer stores each item's `done` flags
+  after the item. Per tile the code is the package's (same loads, products, masks, stores), so
+  every span's logits, group maxima and flags are the package kernel's bits (the Triton
+  kernel's for done spans): which program scores a span changes nothing. What it removes: a
+  program's fixed cost (launch, barrier set-up, query fold, the ring's fill and drain, the
+  flag handover) paid once a program slot instead of once per item, and the partial last wave
+  (the items are spread over one wave to within one item).
+- DYN=True (with PERSIST): the items are claimed one at a time instead (the producer's lane 0:
+  a relaxed atomic add on a counter `ctr_ptr[0]`, int32, zero at the launch), in claim order,
+  so the programs balance themselves as the hardware's scheduler balances the package's
+  programs; the producer posts each item to the consumer (two item slots, one mbarrier phase
+  an item; the end as an item >= the launch's) before its tiles, and a program that claims
+  past the end counts itself out on `ctr_ptr[1]`; the last one sets both back to 0 (release /
+  acquire), so every launch starts from zeroed counters, graph replays included (two launches
+  on one counter buffer must not run concurrently). A program's consecutive items are
+  usually of different rows, so the queries are folded about once an item, as the package's
+  programs do. Offline: `gluon12_sass.py`; the
+  protocol: `gluon12_protocol_sim.py`; on the H200: `gluon12_plugin.py`, `gluon12_lab.py`,
+  `round10b_call1.sh`.
+
+The package kernel's description follows.
+
+Hopper (sm_90a) Gluon kernel of the paged indexer logits, MXFP4 keys, fp16 path.
+
+Contract: the spans of the Triton kernel (`triton_kernels.py`, `SPAN` = 16 tiles of 64
+entries): program (t, j) scores row t against TILES / SPAN spans from span j * TILES / SPAN,
+on the fp16 path of the module docstring there, with the same operands, the same tensor-core
+instruction shape (m64 n HI_PAD k16, keys as the register A operand, the folded queries in
+shared memory as B, low nibbles then high nibbles, K ascending), the same ReLU, head weights,
+head-sum tree (the reduction of one accumulator layout) and power-of-two factors, so the logits
+it writes are the Triton fast path's bits. It does not choose: it scores every span on the fast
+path and records, per span, whether the fast path was the right one (`done` = 1: the row's
+queries and every visible key's scale bytes of the span are in the fast path's range, the test
+of `_span_in_fast_range` and `_fold_queries`). A visible key the producer did not read (its
+page is outside the cache) is zero-filled, so its scale bytes are out of range and its span is
+left to the Triton kernel too (the consumer looks up no page). The launcher then runs the
+Triton kernel for the spans with `done` = 0, which scores them as it always does, so every
+span ends with the bits the Triton kernel alone gives.
+
+Structure (warp specialized; why: the Triton loop is bound by its serial per-tile chain of
+cp.async waits, barriers and waited tensor-core groups, not by memory or the decode):
+- producer (1 warp): per tile, waits for a free ring stage, then one cp.async gather of the
+  tile's 4,096 key bytes (one page block: a tile lies in one page) into the stage, completing on
+  the stage's mbarrier (one asynchronous arrival per thread); the tile's 256 scale bytes are
+  loaded into its registers (2 keys a lane) at the same time. Then, for the previous tile, per
+  key: the four fp16x2 block factors 2^(d + 15) (d = scale byte - the key's largest byte mk,
+  built as fp32 exponent bits and converted to fp16: exact on the fast path's range, the Triton
+  kernel's factor), the key's fp32 factor 2^(clamp(mk, 10, 250) - 136) and the span's range
+  test on its visible keys (`_span_in_fast_range`), once a key where the 4 consumer lanes
+  sharing a key's row would each do it; the factors go into the stage beside the key bytes and
+  the producer arrives on the stage's mbarrier once more (33 arrivals). The range bits stay in
+  its registers and reach consumer 0 once, at the end (shared memory and an mbarrier).
+  Tiles past the row's visible entries or with a page outside the cache are masked (zero-fill,
+  nothing read). The key bytes land swizzled (16-byte block b of entry e in slot
+  b ^ ((e >> 1) & 3)), so the consumer's 2-byte loads meet no bank conflicts.
+- consumers (NC warpgroups, 1 or 2; consumer c takes tiles c, c + NC, ...): consumer 0 folds
+  the row's queries into shared memory once (the others wait on an mbarrier), then per tile
+  each waits for its stage, loads the packed bytes (2-byte elements, each one half of a
+  thread's fp16x2 A operand), its keys' factor words and fp32 factors, releases the stage (one
+  barrier of its 4 warps), decodes, runs the two tensor-core products and the epilogue (mask,
+  store, group maximum). The column masks are int32 compares of the tile's rows against
+  tile-relative bounds (written on the columns, the compiler widens them to 64 bits).
+- the group maxima: each warp's largest key of its 16 entries goes to a register slot per tile;
+  the maximum over the 4 warps is taken once every 32 tiles and each consumer stores its own
+  tiles' maxima (no shared memory or barrier per tile, where the Triton kernel has both).
+- a program takes TILES = 16, 32, 64 or 128 tiles (one to eight spans; one `done` flag per
+  span, from the producer's range bits and the row's query test; the flags of one program
+  are the bits of one int32, so at most 512 tiles); `gluon_launch.gluon_config` picks the
+  shape.
+With one consumer, four programs share an SM (64 registers a thread at launch: the consumer
+runs with 104), so one program's waits are covered by the others' work; with two, two programs
+(the consumers run with 88 and 80), which lowers the latency of a grid of few programs (one
+row). Measured on the H200: BENCHMARKS.md, issue 12, sixth, seventh and ninth rounds; the
+factors in the producer: the package README, tenth session (256 x 1M: 9.32 -> 8.10 ms).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+GLUON_BLOCK_N = 64
+GLUON_SPAN = 16  # tiles per fast/general decision (the Triton kernel's TILES)
+GLUON_STAGES = 4  # ring stages (5,376 bytes each: key bytes, factor words, key factors)
+GLUON_NUM_WARPS = 4
+# Registers: every thread of the 8 warps (the 1-warp producer occupies a warpgroup) is capped
+# at GLUON_MAXNREG, the producer drops to PRODUCER_REGS and the consumer gets the rest (2 *
+# 64 - 24 = 104, no spills), so 65,536 / (256 * GLUON_MAXNREG) = 4 programs fit an SM (80: 3
+# programs, 6-7% slower on the H200; 96 with 3 stages: 2 programs, ~35% slower).
+GLUON_MAXNREG = 64
+GLUON_PRODUCER_REGS = 24
+# With two consumer warpgroups (12 warps at 64 registers: 2 programs an SM) the second one runs
+# with GLUON_CONSUMER_REGS and the first with the rest (3 * 64 - 80 - 24 = 88): at 72 each (56
+# at launch, 3 programs an SM) ptxas spills and serializes the tensor-core steps.
+GLUON_CONSUMER_REGS = 80
+PRODUCER_REGS = gl.constexpr(GLUON_PRODUCER_REGS)
+BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
+SPAN = gl.constexpr(GLUON_SPAN)
+DI = gl.constexpr(128)  # channels (MXFP4: 64 data bytes and 4 scale bytes per entry)
+ROW_WORDS = gl.constexpr(16)  # int32 words of one entry's data
+
+
+@gluon.constexpr_function
+def _raw_layout():
+    # int16 [64 entries, 4 blocks, 8 pairs]: the registers of the wgmma A operand (m64 k16,
+    # 4 warps): thread (warp w, lane 4g + l) holds entries 16w + g and 16w + g + 8, pairs l and
+    # l + 4 of every block (bytes 2l, 2l + 1, 2l + 8, 2l + 9: K 2l, 2l + 1, 2l + 8, 2l + 9 of
+    # the block's k16 step); the register order makes join + reshape the A layout exactly.
+    return gl.DistributedLinearLayout(
+        reg_bases=[[8, 0, 0], [0, 0, 4], [0, 1, 0], [0, 2, 0]],
+        lane_bases=[[0, 0, 1], [0, 0, 2], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
+        warp_bases=[[16, 0, 0], [32, 0, 0]],
+        block_bases=[],
+        shape=[64, 4, 8],
+    )
+
+
+@gluon.constexpr_function
+def _data_smem_layout():
+    # int32 [64 entries, 16 words]: the 16-byte block b of entry e lies in slot b ^ ((e >> 1) & 3)
+    # of its row, so the 8 entries one consumer load reads (16w + g, g < 8) fall in 8 distinct
+    # 16-byte bank groups (unswizzled, rows 64 bytes apart share 2: 4-way bank conflicts)
+    return gl.SwizzledSharedLayout(4, 2, 4, [1, 0])
+
+
+@gluon.constexpr_function
+def _raw_smem_layout():
+    # the same bytes as int16 [64, 4 blocks, 8 pairs] (offset bits -> [entry, block, pair])
+    return gl.SharedLinearLayout(
+        offset_bases=[[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 1, 0], [0, 2, 0], [1, 0, 0],
+                      [2, 1, 0], [4, 2, 0], [8, 0, 0], [16, 0, 0], [32, 0, 0]],
+    )  # fmt: skip
+
+
+@gluon.jit
+def _e2m1_pair_f16(raw, fac):
+    """Packed e2m1 byte pairs (int16) and the fp16x2 factor (int32, same shape) -> (low
+    nibbles, high nibbles) as int32 fp16x2 words: the Triton kernel's `_e2m1_pair_f16`."""
+    return gl.inline_asm_elementwise(
+        """
+        {
+        .reg .b32 l, h, t;
+        .reg .b16 l0, l1, h0, h1;
+        shl.b32 t, $4, 4;
+        and.b32 t, t, 0x80808080;
+        shl.b32 l, $4, 2;
+        and.b32 l, l, 0x1C1C1C1C;
+        or.b32 l, l, t;
+        and.b32 t, $4, 0x80808080;
+        shr.b32 h, $4, 2;
+        and.b32 h, h, 0x1C1C1C1C;
+        or.b32 h, h, t;
+        mov.b32 {l0, l1}, l;
+        mov.b32 {h0, h1}, h;
+        cvt.rn.f16x2.e4m3x2 $0, l0;
+        cvt.rn.f16x2.e4m3x2 $1, l1;
+        cvt.rn.f16x2.e4m3x2 $2, h0;
+        cvt.rn.f16x2.e4m3x2 $3, h1;
+        mul.rn.f16x2 $0, $0, $5;
+        mul.rn.f16x2 $1, $1, $6;
+        mul.rn.f16x2 $2, $2, $5;
+        mul.rn.f16x2 $3, $3, $6;
+        }
+        """,
+        "=r,=r,=r,=r,r,r,r",
+        [raw, fac],
+        dtype=(gl.int32, gl.int32),
+        is_pure=True,
+        pack=2,
+    )
+
+
+@gluon.jit
+def _f16x2_dup(bits):
+    """int32 fp32 bits -> int32 fp16x2 word holding the value rounded to fp16 in both halves."""
+    return gl.inline_asm_elementwise(
+        "cvt.rn.f16x2.f32 $0, $1, $1;",
+        "=r,r",
+        [bits],
+        dtype=gl.int32,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@gluon.jit
+def _f16x2_halves(w):
+    """int32 fp16x2 words -> (low half, high half) fp16 (register moves only)."""
+    return gl.inline_asm_elementwise(
+        "mov.b32 {$0, $1}, $2;",
+        "=h,=h,r",
+        [w],
+        dtype=(gl.float16, gl.float16),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@gluon.jit
+def _pow2_bits(e):
+    """2**e as fp32 for an int32 tensor e in [-126, 127] (exponent bits)."""
+    return ((e + 127) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _score_to_key(x):
+    """The top-k's order-preserving uint32 key of an fp32 score (-0.0 ties +0.0)."""
+    x = gl.where(x == 0.0, 0.0, x)
+    b = x.to(gl.uint32, bitcast=True)
+    neg = (b >> 31) != 0
+    return gl.where(neg, b ^ 0xFFFFFFFF, b | 0x80000000)
+
+
+@gluon.jit
+def _bit_or(a, b):
+    return a | b
+
+
+@gluon.jit
+def _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r):
+    """(t, n_vis, r_at) of this program's row: a request id outside the table is a padding
+    row (nothing visible, nothing read)."""
+    t = gl.program_id(0).to(gl.int64)
+    r = gl.load(req_ptr + t)
+    p = gl.load(pos_ptr + t)
+    live = (r >= 0) & (r < n_req)
+    n_vis = gl.where(live, (p + 1) // ratio, 0)
+    r_at = gl.where(live, r, 0).to(gl.int64) * bt_stride_r
+    return t, n_vis, r_at
+
+
+@gluon.jit
+def _tile_page(bt_ptr, r_at, entry_base, c0, n_cols, n_vis, bt_cols, num_pages,
+               PAGE_SIZE: gl.constexpr):  # fmt: skip
+    """(page clamped to >= 0, whether the tile at column c0 has visible entries in a page of
+    the cache): the tile lies in one page (PAGE_SIZE and entry_base multiples of 64)."""
+    col = (entry_base + c0) // PAGE_SIZE
+    live = (c0 < n_cols) & (entry_base + c0 < n_vis) & (col < bt_cols)
+    page = gl.load(bt_ptr + r_at + col, mask=live, other=-1)
+    ok = live & (page >= 0) & (page < num_pages)
+    return gl.where(ok, page, 0).to(gl.int64), ok
+
+
+@gluon.jit
+def _pf_issue(i, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty, rows, words,
+              keys, dl: gl.constexpr, PAGE_SIZE: gl.constexpr,
+              STAGES: gl.constexpr):  # fmt: skip
+    """Producer, tile i (its page and whether it is read, from `_tile_page`): its scale
+    words into registers (returned; not waited for), then, once the stage is free, the cp.async
+    gather of its key bytes (arriving on `ready`)."""
+    s = i % STAGES
+    c0 = c_first + i * BLOCK_N
+    off = (entry_base + c0) % PAGE_SIZE
+    base = page * pw
+    sw = gl.load(wptr + (base + PAGE_SIZE * ROW_WORDS + off) + keys, mask=ok, other=0)
+    mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1, pred=i >= STAGES)
+    dptr = wptr + (base + off * ROW_WORDS) + rows[:, None] * ROW_WORDS + words[None, :]
+    mask = gl.full([BLOCK_N, ROW_WORDS], 1, gl.int1, dl) & ok
+    async_copy.async_copy_global_to_shared(data_smem.index(s), dptr, mask=mask)
+    async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
+    return sw
+
+
+@gluon.jit
+def _pf_finish(i, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
+               STAGES: gl.constexpr):  # fmt: skip
+    """Producer, tile i (its scale words `sw`): the keys' fp16x2 block factors and fp32
+    key factors into the stage, the range bits into `pbad` (returned), then the producer's
+    arrival on the stage's `ready` barrier: once a key, where the 4 consumer lanes sharing it
+    would each do it."""
+    s = i % STAGES
+    sc = (sw[:, None] >> (nib[None, :] * 8)) & 0xFF
+    mk = gl.max(sc, axis=1)
+    mn = gl.min(sc, axis=1)
+    # the factor 2^(d + 15), d = sc - mk, as fp32 bits, then converted to fp16: exact for the
+    # fast path's d in [-32, 0]; spans with d < -32 are flagged
+    fac_smem.index(s).store(_f16x2_dup(((sc - mk[:, None]) + 142) << 23))
+    # the keys' common factor 2^(mk - 136): exact (a power of two on a normal fp32)
+    mult_smem.index(s).store(((gl.minimum(gl.maximum(mk, 10), 250) - 9) << 23).to(
+        gl.float32, bitcast=True))  # fmt: skip
+    valid = keys < lim - (c_first + i * BLOCK_N)
+    # the span's range test on its visible keys; a tile the producer did not read (no page in
+    # the cache) is zero-filled, so its largest scale byte 0 is out of range
+    out_of_range = (mn < mk - 32) | (mk < 10) | (mk > 250)
+    pbad = pbad | ((valid & out_of_range).to(gl.int32) << (i // SPAN))
+    gl.thread_barrier()
+    mbarrier.arrive(ready.index(s), count=1)
+    return pbad
+
+
+@gluon.jit
+def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
+              PAGE_SIZE: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
+    (
+        _q_ptr,
+        _w_ptr,
+        cache_ptr,
+        bt_ptr,
+        req_ptr,
+        pos_ptr,
+        _cand_ptr,
+        _out_ptr,
+        _gmax_ptr,
+        _done_ptr,
+        ratio,
+        entry_base,
+        n_cols,
+        _q_stride_t,
+        _q_stride_h,
+        _w_stride_t,
+        n_req,
+        bt_cols,
+        bt_stride_r,
+        num_pages,
+        page_stride,
+        _cand_stride_t,
+        _cand_cols,
+        _out_stride_t,
+        _gmax_stride_t,
+        _done_stride_t,
+        _done_cols,
+    ) = a
+    _t, n_vis, r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
+    c_first = gl.program_id(1) * TILES * BLOCK_N
+    # the visible columns of the row: < lim (as the consumers)
+    lim = gl.minimum(n_cols, n_vis - entry_base)
+    # 1 warp: [64 entries, 16 words] of data as 8 x 16-byte copies per thread, and [64 keys, 4
+    # scale bytes] as 2 keys a lane (the keys' scale words, loaded one tile ahead)
+    dl: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [1, 1], [1, 0])
+    kl: gl.constexpr = gl.BlockedLayout([2, 4], [32, 1], [1, 1], [1, 0])
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, dl))
+    words = gl.arange(0, ROW_WORDS, layout=gl.SliceLayout(0, dl))
+    keys = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kl))
+    nib = gl.arange(0, 4, layout=gl.SliceLayout(0, kl))
+    wptr = cache_ptr.to(gl.pointer_type(gl.int32))
+    pw = page_stride // 4
+    # bit k of key slot e: a visible key of span k is outside the fast path's range
+    pbad = gl.zeros([BLOCK_N], gl.int32, gl.SliceLayout(1, kl))
+    # tile i's key bytes are issued before tile i - 1's factors are computed, so the scale
+    # words' load latency is covered by a tile
+    page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, bt_cols, num_pages,
+                          PAGE_SIZE)  # fmt: skip
+    sw = _pf_issue(0, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty, rows,
+                   words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
+    for i in range(1, TILES):
+        page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first + i * BLOCK_N, n_cols, n_vis,
+                              bt_cols, num_pages, PAGE_SIZE)  # fmt: skip
+        nxt = _pf_issue(i, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty,
+                        rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
+        pbad = _pf_finish(i - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
+                          STAGES)  # fmt: skip
+        sw = nxt
+    pbad = _pf_finish(TILES - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
+                      STAGES)  # fmt: skip
+    # the range bits to consumer 0, once
+    pbits = gl.reduce(pbad, 0, _bit_or)
+    fl1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+    flag_smem.store(gl.zeros([128], gl.int32, fl1) + pbits)
+    gl.thread_barrier()
+    mbarrier.arrive(xbar.index(1), count=1)
+
+
+@gluon.jit
+def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, q_smem, q2_smem,
+                  HI: gl.constexpr, HI_PAD: gl.constexpr, mma: gl.constexpr,
+                  STORE: gl.constexpr):  # fmt: skip
+    """The row's queries into q_smem (fp16 [2, HI_PAD, 64]: even channels, odd channels; only
+    with STORE), each head scaled by 2^-e_h so its largest |q| lies in [2^14, 2^15); returns
+    the head weights times 2^e_h (f32 [HI_PAD] in the accumulator's column layout) and whether
+    every scaled query is exact in fp16 with e_h in range: the Triton kernel's `_fold_queries`."""
+    ql: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    h = gl.arange(0, HI_PAD, layout=gl.SliceLayout(1, ql))
+    hm = h < HI
+    d = gl.arange(0, DI // 2, layout=gl.SliceLayout(0, ql))
+    at = q_ptr + t * q_stride_t + h[:, None] * q_stride_h + 2 * d[None, :]
+    qe = gl.load(at, mask=hm[:, None], other=0.0).to(gl.float32)
+    qo = gl.load(at + 1, mask=hm[:, None], other=0.0).to(gl.float32)
+    amax = gl.maximum(gl.max(gl.abs(qe), axis=1), gl.max(gl.abs(qo), axis=1))
+    ex = ((amax.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    ex = gl.where(amax == 0.0, 14, ex)
+    in_range = (ex >= -100) & (ex <= 100)
+    eh = gl.where(in_range, ex - 14, 0)
+    qs = _pow2_bits(-eh)[:, None]
+    qe = qe * qs
+    qo = qo * qs
+    qe16 = qe.to(gl.float16)
+    qo16 = qo.to(gl.float16)
+    exact = (qe16.to(gl.float32) == qe) & (qo16.to(gl.float32) == qo)
+    bad = gl.sum((~exact).to(gl.int32), axis=1) + (~in_range).to(gl.int32)
+    q_ok = gl.sum(bad, axis=0) == 0
+    if STORE:
+        q_smem.store(qe16)
+        q2_smem.store(qo16)
+    w = gl.load(w_ptr + t * w_stride_t + h, mask=hm, other=0.0)
+    wf = gl.convert_layout(w * _pow2_bits(eh), gl.SliceLayout(0, mma))
+    return wf, q_ok
+
+
+@gluon.jit
+def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
+             HI: gl.constexpr, HI_PAD: gl.constexpr, HAS_CAND: gl.constexpr,
+             OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
+             TILES: gl.constexpr, CID: gl.constexpr, NC: gl.constexpr):  # fmt: skip
+    """Consumer CID of NC (one warpgroup): tiles CID, CID + NC, ... of the program; consumer 0
+    then stores the program's `done` flags (one per span of GLUON_SPAN tiles) from the
+    producer's range bits and the row's query test."""
+    (
+        q_ptr,
+        w_ptr,
+        _cache_ptr,
+        _bt_ptr,
+        req_ptr,
+        pos_ptr,
+        cand_ptr,
+        out_ptr,
+        gmax_ptr,
+        done_ptr,
+        ratio,
+        entry_base,
+        n_cols,
+        q_stride_t,
+        q_stride_h,
+        w_stride_t,
+        n_req,
+        _bt_cols,
+        bt_stride_r,
+        _num_pages,
+        _page_stride,
+        cand_stride_t,
+        cand_cols,
+        out_stride_t,
+        gmax_stride_t,
+        done_stride_t,
+        done_cols,
+    ) = a
+    mma: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HI_PAD, 16]
+    )
+    a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    rl: gl.constexpr = _raw_layout()
+    scl: gl.constexpr = gl.SliceLayout(2, rl)
+    row: gl.constexpr = gl.SliceLayout(1, mma)
+    t, n_vis, _r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
+    j = gl.program_id(1)
+    c_first = j * TILES * BLOCK_N
+    # consumer 0 folds the queries into shared memory; the others wait for them
+    wf, q_ok = _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, q_smem,
+                             q2_smem, HI, HI_PAD, mma, CID == 0)  # fmt: skip
+    if CID == 0:
+        fence_async_shared()
+        gl.thread_barrier()
+        if NC > 1:
+            mbarrier.arrive(xbar.index(0), count=1)
+    else:
+        mbarrier.wait(xbar.index(0), 0)
+    qlo = q_smem.permute((1, 0))
+    qhi = q2_smem.permute((1, 0))
+    out_row = out_ptr + t * out_stride_t
+    lane_rows = gl.arange(0, BLOCK_N, layout=row)
+    zero = gl.zeros([BLOCK_N, HI_PAD], gl.float32, mma)
+    # a column is visible iff it is < min(n_cols, n_vis - entry_base)
+    lim = gl.minimum(n_cols, n_vis - entry_base)
+    gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
+    slot = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
+    gslots = gl.zeros([4, 32], gl.uint32, gml)
+    # blocks of BT tiles: the group maxima of a block are stored after it (register slots)
+    BT: gl.constexpr = TILES if TILES < 32 else 32
+    for b0 in range(0, TILES, BT):
+        for i in range(b0 + CID, b0 + BT, NC):
+            s = i % STAGES
+            c0 = c_first + i * BLOCK_N
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
+            raw = raw.load(rl)
+            # the producer's factors: 4 fp16x2 words a key (2 x 16 bytes a thread) and the keys'
+            # fp32 factors
+            fac = fac_smem.index(s).load(scl)
+            kfac = mult_smem.index(s).load(row)
+            gl.thread_barrier()
+            mbarrier.arrive(empty.index(s), count=1)
+            fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
+            lw, hw = _e2m1_pair_f16(raw, fac)
+            l0, l1 = _f16x2_halves(lw)
+            h0, h1 = _f16x2_halves(hw)
+            lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op,
+                                   assert_trivial=True)  # fmt: skip
+            hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op,
+                                   assert_trivial=True)  # fmt: skip
+            # the Triton kernel's two dots: the same instructions in the same order, issued
+            # back to back (one wait)
+            acc = warpgroup_mma(lo, qlo, zero, is_async=True)
+            acc = warpgroup_mma(hi, qhi, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
+            logit = logit * kfac
+            # the visible columns (< n_cols and < n_vis - entry_base) and those of the row
+            # (< n_cols) as int32 compares of the tile's rows against tile-relative bounds
+            # (written on the columns, the compiler widens the column vector to 64 bits)
+            valid = lane_rows < lim - c0
+            in_row = lane_rows < n_cols - c0
+            out_at = out_row + c0
+            keep = valid
+            if HAS_CAND:
+                entries = entry_base + c0 + lane_rows
+                cm = gl.load(cand_ptr + t * cand_stride_t + entries,
+                             mask=valid & (entries < cand_cols), other=0)  # fmt: skip
+                keep = keep & (cm != 0)
+            logit = gl.where(keep, logit, float("-inf"))
+            if OUT_BF16:
+                bmax: gl.constexpr = 3.3895313892515355e38
+                lb = gl.where(logit == float("-inf"), logit,
+                              gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
+                b = lb.to(gl.uint32, bitcast=True)
+                rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+                gl.store(out_at + lane_rows, rounded.to(gl.int16), mask=in_row)
+            else:
+                gl.store(out_at + lane_rows, logit, mask=in_row)
+            if HAS_GMAX:
+                # each warp's largest key of its 16 entries, kept in register slot i - b0 (lanes
+                # hold the slots): the maximum over the warps is taken once after the block, so
+                # no barrier is needed per tile
+                key = gl.where(valid, _score_to_key(logit), 0)
+                kw = gl.convert_layout(gl.max(gl.reshape(key, [4, BLOCK_N // 4]), axis=1),
+                                       gl.SliceLayout(1, gml))  # fmt: skip
+                gslots = gl.where(slot[None, :] == i - b0, kw[:, None], gslots)
+        if HAS_GMAX:
+            # this consumer's tiles of the block (slot i - b0 holds tile i's maximum): the
+            # maxima over the warps
+            gk = gl.max(gslots, axis=0)
+            g = c_first // BLOCK_N + b0 + slot
+            gkeep = (slot < BT) & (slot % NC == CID) & (g * BLOCK_N < n_cols)
+            gl.store(gmax_ptr + t * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),
+                     mask=gkeep)  # fmt: skip
+    if CID == 0:
+        # the range bits are the producer's, handed over once at its end
+        fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        mbarrier.wait(xbar.index(1), 0)
+        bits = gl.max(flag_smem.load(fl), axis=0)
+        bits = gl.where(q_ok, bits, (1 << (TILES // SPAN)) - 1)
+        sp = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
+        col = j * (TILES // SPAN) + sp
+        gl.store(done_ptr + t * done_stride_t + col, (((bits >> sp) & 1) == 0).to(gl.int8),
+                 mask=(sp < TILES // SPAN) & (col < done_cols))  # fmt: skip
+
+
+@gluon.jit
+def _consumer_main(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
+                   flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr, HAS_CAND: gl.constexpr,
+                   OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
+                   TILES: gl.constexpr, NC: gl.constexpr):  # fmt: skip
+    _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
+             HI, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 0, NC)  # fmt: skip
+
+
+@gluon.jit
+def _consumer_worker(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
+                     flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr, HAS_CAND: gl.constexpr,
+                     OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
+                     TILES: gl.constexpr, NC: gl.constexpr):  # fmt: skip
+    _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
+             HI, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 1, NC)  # fmt: skip
+
+
+# --- PERSIST: the persistent grid (lab) ---------------------------------------------------
+
+
+@gluon.jit
+def _item_range(n_rows, items_row):
+    """This program's items [e0, e1) of the n_rows x items_row items (row-major): contiguous,
+    the launch's programs taking floor or ceil of the mean."""
+    p = gl.program_id(0).to(gl.int64)
+    npg = gl.num_programs(0).to(gl.int64)
+    # (written on p: an argument equal to 1 is specialized to a constexpr)
+    total = (p * 0 + n_rows) * items_row
+    e0 = (p * total // npg).to(gl.int32)
+    e1 = ((p + 1) * total // npg).to(gl.int32)
+    return e0, e1
+
+
+@gluon.jit
+def _row_of(t, req_ptr, pos_ptr, ratio, n_req, bt_stride_r, entry_base, n_cols):
+    """(visible limit lim, n_vis, r_at) of row t (int64): `_row_state` for a given row."""
+    r = gl.load(req_ptr + t)
+    p = gl.load(pos_ptr + t)
+    live = (r >= 0) & (r < n_req)
+    n_vis = gl.where(live, (p + 1) // ratio, 0)
+    r_at = gl.where(live, r, 0).to(gl.int64) * bt_stride_r
+    return gl.minimum(n_cols, n_vis - entry_base), n_vis, r_at
+
+
+@gluon.jit
+def _pf_issue_p(i, refill, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty,
+                rows, words, keys, dl: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                STAGES: gl.constexpr):  # fmt: skip
+    """`_pf_issue` for tile i of an item of a persistent program: after the program's first
+    item (`refill`) every tile waits for its stage to be free."""
+    s = i % STAGES
+    c0 = c_first + i * BLOCK_N
+    off = (entry_base + c0) % PAGE_SIZE
+    base = page * pw
+    sw = gl.load(wptr + (base + PAGE_SIZE * ROW_WORDS + off) + keys, mask=ok, other=0)
+    mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1, pred=refill | (i >= STAGES))
+    dptr = wptr + (base + off * ROW_WORDS) + rows[:, None] * ROW_WORDS + words[None, :]
+    mask = gl.full([BLOCK_N, ROW_WORDS], 1, gl.int1, dl) & ok
+    async_copy.async_copy_global_to_shared(data_smem.index(s), dptr, mask=mask)
+    async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
+    return sw
+
+
+@gluon.jit
+def _claim(ctr_ptr):
+    """DYN: the next item of the launch (one relaxed atomic add of lane 0 on the claim counter,
+    the old value broadcast over the warp; nothing is published through the counter, and
+    `_retire`'s release orders the claims before the reset)."""
+    l1: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, 32, layout=l1)
+    old = gl.atomic_add(ctr_ptr + lane * 0, gl.full([32], 1, gl.int32, l1), mask=lane == 0,
+                        sem="relaxed")  # fmt: skip
+    return gl.max(gl.where(lane == 0, old, 0), axis=0)
+
+
+@gluon.jit
+def _retire(ctr_ptr):
+    """DYN: the program is done claiming: count it out; the last program of the launch sets
+    both counters back to 0 (every program's claims precede its count, so none claims after),
+    so every launch starts from zeroed counters (graph replays included; two launches must not
+    run concurrently on one counter buffer)."""
+    l1: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, 32, layout=l1)
+    npg = gl.num_programs(0)
+    old = gl.atomic_add(ctr_ptr + 1 + lane * 0, gl.full([32], 1, gl.int32, l1), mask=lane == 0)
+    last = (lane == 0) & (old == npg - 1)
+    gl.atomic_xchg(ctr_ptr + lane * 0, gl.zeros([32], gl.int32, l1), mask=last)
+    gl.atomic_xchg(ctr_ptr + 1 + lane * 0, gl.zeros([32], gl.int32, l1), mask=last)
+
+
+@gluon.jit
+def _post_item(item_smem, ibar, m, item, t, j):
+    """DYN: the producer's m-th item (or the end: an item >= the launch's items) to the
+    consumer as (item, row t, item j of the row): slot m % 2, one phase of ibar an item."""
+    l1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+    k = gl.arange(0, 4, layout=l1)
+    w = gl.where(k == 0, item, gl.where(k == 1, t, j))
+    item_smem.index(m % 2).store(w)
+    gl.thread_barrier()
+    mbarrier.arrive(ibar.index(0), count=1)
+
+
+@gluon.jit
+def _read_item(item_smem, ibar, m):
+    """DYN: the consumer's m-th (item, t, j) (`_post_item`), as scalars: every thread loads
+    the three words (a replicated layout), so no cross-thread reduction is needed."""
+    l4: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    k = gl.arange(0, 4, layout=l4)
+    mbarrier.wait(ibar.index(0), m & 1)
+    w = item_smem.index(m % 2).load(l4)
+    item = gl.sum(gl.where(k == 0, w, 0), axis=0)
+    t = gl.sum(gl.where(k == 1, w, 0), axis=0)
+    j = gl.sum(gl.where(k == 2, w, 0), axis=0)
+    return item, t, j
+
+
+@gluon.jit
+def _pitem_produce(m, j, lim, n_vis, r_at, bt_ptr, entry_base, n_cols, bt_cols, num_pages,
+                   wptr, pw, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
+                   rows, words, keys, nib, dl: gl.constexpr, kl: gl.constexpr,
+                   PAGE_SIZE: gl.constexpr, STAGES: gl.constexpr,
+                   TILES: gl.constexpr):  # fmt: skip
+    """The producer's work on the program's m-th item (item j of a row: lim, n_vis, r_at):
+    `_producer`'s per-tile work, then the item's range bits (bit k: span k of the item) to the
+    consumer: flag slot m % 2, one phase of xbar 1 an item."""
+    c_first = j * TILES * BLOCK_N
+    refill = m > 0
+    pbad = gl.zeros([BLOCK_N], gl.int32, gl.SliceLayout(1, kl))
+    page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, bt_cols, num_pages,
+                          PAGE_SIZE)  # fmt: skip
+    sw = _pf_issue_p(0, refill, page, ok, c_first, entry_base, wptr, pw, data_smem, ready,
+                     empty, rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
+    for i in range(1, TILES):
+        page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first + i * BLOCK_N, n_cols, n_vis,
+                              bt_cols, num_pages, PAGE_SIZE)  # fmt: skip
+        nxt = _pf_issue_p(i, refill, page, ok, c_first, entry_base, wptr, pw, data_smem, ready,
+                          empty, rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
+        pbad = _pf_finish(i - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
+                          STAGES)  # fmt: skip
+        sw = nxt
+    pbad = _pf_finish(TILES - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
+                      STAGES)  # fmt: skip
+    pbits = gl.reduce(pbad, 0, _bit_or)
+    fl1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+    flag_smem.index(m % 2).store(gl.zeros([128], gl.int32, fl1) + pbits)
+    gl.thread_barrier()
+    mbarrier.arrive(xbar.index(1), count=1)
+
+
+@gluon.jit
+def _pproducer(a, n_rows, ctr_ptr, data_smem, fac_smem, mult_smem, ready, empty, xbar,
+               flag_smem, item_smem, ibar, PAGE_SIZE: gl.constexpr, STAGES: gl.constexpr,
+               TILES: gl.constexpr, DYN: gl.constexpr):  # fmt: skip
+    """The producer of a persistent program: `_pitem_produce` on the program's items (TILES
+    tiles of one row each), one after the other: its contiguous share of the launch's items, or
+    (DYN) the items it claims one at a time, each posted to the consumer before its tiles."""
+    (
+        _q_ptr,
+        _w_ptr,
+        cache_ptr,
+        bt_ptr,
+        req_ptr,
+        pos_ptr,
+        _cand_ptr,
+        _out_ptr,
+        _gmax_ptr,
+        _done_ptr,
+        ratio,
+        entry_base,
+        n_cols,
+        _q_stride_t,
+        _q_stride_h,
+        _w_stride_t,
+        n_req,
+        bt_cols,
+        bt_stride_r,
+        num_pages,
+        page_stride,
+        _cand_stride_t,
+        _cand_cols,
+        _out_stride_t,
+        _gmax_stride_t,
+        _done_stride_t,
+        done_cols,
+    ) = a
+    items_row = (done_cols + TILES // SPAN - 1) // (TILES // SPAN)
+    dl: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [1, 1], [1, 0])
+    kl: gl.constexpr = gl.BlockedLayout([2, 4], [32, 1], [1, 1], [1, 0])
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, dl))
+    words = gl.arange(0, ROW_WORDS, layout=gl.SliceLayout(0, dl))
+    keys = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kl))
+    nib = gl.arange(0, 4, layout=gl.SliceLayout(0, kl))
+    wptr = cache_ptr.to(gl.pointer_type(gl.int32))
+    pw = page_stride // 4
+    if DYN:
+        total = (gl.program_id(0) * 0 + n_rows) * items_row
+        item = _claim(ctr_ptr)
+        m = 0
+        t_cur = item * 0 - 1
+        lim, n_vis, r_at = _row_of(gl.program_id(0).to(gl.int64) * 0, req_ptr, pos_ptr, ratio,
+                                   n_req, bt_stride_r, entry_base, n_cols)  # fmt: skip
+        while item < total:
+            t = item // items_row
+            j = item - t * items_row
+            _post_item(item_smem, ibar, m, item, t, j)
+            if t != t_cur:
+                lim, n_vis, r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
+                                           bt_stride_r, entry_base, n_cols)  # fmt: skip
+                t_cur = t
+            _pitem_produce(m, j, lim, n_vis, r_at, bt_ptr, entry_base, n_cols, bt_cols,
+                           num_pages, wptr, pw, data_smem, fac_smem, mult_smem, ready, empty,
+                           xbar, flag_smem, rows, words, keys, nib, dl, kl, PAGE_SIZE, STAGES,
+                           TILES)  # fmt: skip
+            item = _claim(ctr_ptr)
+            m = m + 1
+        _post_item(item_smem, ibar, m, item, item * 0, item * 0)
+        _retire(ctr_ptr)
+    else:
+        e0, e1 = _item_range(n_rows, items_row)
+        # (row t, item j of the row), advanced item by item (no division in the loop)
+        t = e0 // items_row
+        j = e0 - t * items_row
+        lim, n_vis, r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req, bt_stride_r,
+                                   entry_base, n_cols)  # fmt: skip
+        for m in range(0, e1 - e0):
+            if j == items_row:
+                j = j - items_row
+                t = t + 1
+                lim, n_vis, r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
+                                           bt_stride_r, entry_base, n_cols)  # fmt: skip
+            _pitem_produce(m, j, lim, n_vis, r_at, bt_ptr, entry_base, n_cols, bt_cols,
+                           num_pages, wptr, pw, data_smem, fac_smem, mult_smem, ready, empty,
+                           xbar, flag_smem, rows, words, keys, nib, dl, kl, PAGE_SIZE, STAGES,
+                           TILES)  # fmt: skip
+            j = j + 1
+
+
+@gluon.jit
+def _pitem_consume(m, t64, j, lim, wf, q_ok, gslots, slot, lane, lane_rows, zero, qlo, qhi,
+                   cand_ptr, out_ptr, gmax_ptr, done_ptr, entry_base, n_cols, cand_stride_t,
+                   cand_cols, out_stride_t, gmax_stride_t, done_stride_t, done_cols, data_smem,
+                   fac_smem, mult_smem, ready, empty, xbar, flag_smem, HI_PAD: gl.constexpr,
+                   HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
+                   STAGES: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
+    """The consumer's work on the program's m-th item (item j of row t64; lim, the folded
+    queries' wf and q_ok): `_consume`'s per-tile work (NC = 1), the group maxima after each
+    block of BT tiles, then the item's `done` flags (span k of the item: bit k of the
+    producer's range bits, flag slot m % 2, phase m of xbar 1, and the row's query test; lane
+    k stores span k's). Returns the group-maximum slots."""
+    mma: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HI_PAD, 16]
+    )
+    a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    rl: gl.constexpr = _raw_layout()
+    scl: gl.constexpr = gl.SliceLayout(2, rl)
+    row: gl.constexpr = gl.SliceLayout(1, mma)
+    gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
+    fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    NS: gl.constexpr = TILES // SPAN
+    BT: gl.constexpr = TILES if TILES < 32 else 32
+    c_first = j * TILES * BLOCK_N
+    out_row = out_ptr + t64 * out_stride_t
+    for b0 in range(0, TILES, BT):
+        for i in range(b0, b0 + BT):
+            s = i % STAGES
+            c0 = c_first + i * BLOCK_N
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
+            raw = raw.load(rl)
+            fac = fac_smem.index(s).load(scl)
+            kfac = mult_smem.index(s).load(row)
+            gl.thread_barrier()
+            mbarrier.arrive(empty.index(s), count=1)
+            fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
+            lw, hw = _e2m1_pair_f16(raw, fac)
+            l0, l1 = _f16x2_halves(lw)
+            h0, h1 = _f16x2_halves(hw)
+            lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op,
+                                   assert_trivial=True)  # fmt: skip
+            hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op,
+                                   assert_trivial=True)  # fmt: skip
+            acc = warpgroup_mma(lo, qlo, zero, is_async=True)
+            acc = warpgroup_mma(hi, qhi, acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
+            logit = logit * kfac
+            valid = lane_rows < lim - c0
+            in_row = lane_rows < n_cols - c0
+            out_at = out_row + c0
+            keep = valid
+            if HAS_CAND:
+                entries = entry_base + c0 + lane_rows
+                cm = gl.load(cand_ptr + t64 * cand_stride_t + entries,
+                             mask=valid & (entries < cand_cols), other=0)  # fmt: skip
+                keep = keep & (cm != 0)
+            logit = gl.where(keep, logit, float("-inf"))
+            if OUT_BF16:
+                bmax: gl.constexpr = 3.3895313892515355e38
+                lb = gl.where(logit == float("-inf"), logit,
+                              gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
+                b = lb.to(gl.uint32, bitcast=True)
+                rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+                gl.store(out_at + lane_rows, rounded.to(gl.int16), mask=in_row)
+            else:
+                gl.store(out_at + lane_rows, logit, mask=in_row)
+            if HAS_GMAX:
+                key = gl.where(valid, _score_to_key(logit), 0)
+                kw = gl.convert_layout(gl.max(gl.reshape(key, [4, BLOCK_N // 4]), axis=1),
+                                       gl.SliceLayout(1, gml))  # fmt: skip
+                gslots = gl.where(slot[None, :] == i - b0, kw[:, None], gslots)
+        if HAS_GMAX:
+            gk = gl.max(gslots, axis=0)
+            g = c_first // BLOCK_N + b0 + slot
+            gkeep = (slot < BT) & (g * BLOCK_N < n_cols)
+            gl.store(gmax_ptr + t64 * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),
+                     mask=gkeep)  # fmt: skip
+    mbarrier.wait(xbar.index(1), m & 1)
+    bits = flag_smem.index(m % 2).load(fl)
+    fine = (((bits >> lane) & 1) == 0) & q_ok
+    col = j * NS + lane
+    gl.store(done_ptr + t64 * done_stride_t + col, fine.to(gl.int8),
+             mask=(lane < NS) & (col < done_cols))  # fmt: skip
+    return gslots
+
+
+@gluon.jit
+def _pconsume(a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
+              flag_smem, item_smem, ibar, HI: gl.constexpr, HI_PAD: gl.constexpr,
+              HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
+              STAGES: gl.constexpr, TILES: gl.constexpr, DYN: gl.constexpr):  # fmt: skip
+    """The consumer warpgroup of a persistent program: `_pitem_consume` on the program's items
+    (its contiguous share, or (DYN) those the producer posts until it posts the end); the
+    queries are folded again when the row changes (after a barrier of the warpgroup, so every
+    warp's products of the last tile are complete)."""
+    (
+        q_ptr,
+        w_ptr,
+        _cache_ptr,
+        _bt_ptr,
+        req_ptr,
+        pos_ptr,
+        cand_ptr,
+        out_ptr,
+        gmax_ptr,
+        done_ptr,
+        ratio,
+        entry_base,
+        n_cols,
+        q_stride_t,
+        q_stride_h,
+        w_stride_t,
+        n_req,
+        _bt_cols,
+        bt_stride_r,
+        _num_pages,
+        _page_stride,
+        cand_stride_t,
+        cand_cols,
+        out_stride_t,
+        gmax_stride_t,
+        done_stride_t,
+        done_cols,
+    ) = a
+    # a tile's stage and phase are those of its index in the item (tile m * TILES + i of the
+    # program: m * TILES / STAGES is even)
+    gl.static_assert(TILES % (2 * STAGES) == 0)
+    mma: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HI_PAD, 16]
+    )
+    row: gl.constexpr = gl.SliceLayout(1, mma)
+    NS: gl.constexpr = TILES // SPAN
+    items_row = (done_cols + NS - 1) // NS
+    qlo = q_smem.permute((1, 0))
+    qhi = q2_smem.permute((1, 0))
+    lane_rows = gl.arange(0, BLOCK_N, layout=row)
+    zero = gl.zeros([BLOCK_N, HI_PAD], gl.float32, mma)
+    gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
+    slot = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
+    gslots = gl.zeros([4, 32], gl.uint32, gml)
+    fl: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    lane = gl.arange(0, 128, layout=fl)
+    if DYN:
+        total = (gl.program_id(0) * 0 + n_rows) * items_row
+        m = 0
+        item, t, j = _read_item(item_smem, ibar, m)
+        t_cur = item * 0 - 1
+        # placeholders until the first item's row (folded below: t_cur = -1)
+        lim = item * 0
+        wf = gl.zeros([HI_PAD], gl.float32, gl.SliceLayout(0, mma))
+        q_ok = item < 0
+        while item < total:
+            if t != t_cur:
+                gl.thread_barrier()
+                lim, _n_vis, _r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
+                                             bt_stride_r, entry_base, n_cols)  # fmt: skip
+                wf, q_ok = _fold_queries(q_ptr, w_ptr, t.to(gl.int64), q_stride_t, q_stride_h,
+                                         w_stride_t, q_smem, q2_smem, HI, HI_PAD, mma,
+                                         True)  # fmt: skip
+                fence_async_shared()
+                gl.thread_barrier()
+                t_cur = t
+            gslots = _pitem_consume(m, t.to(gl.int64), j, lim, wf, q_ok, gslots, slot, lane,
+                                    lane_rows, zero, qlo, qhi, cand_ptr, out_ptr, gmax_ptr,
+                                    done_ptr, entry_base, n_cols, cand_stride_t, cand_cols,
+                                    out_stride_t, gmax_stride_t, done_stride_t, done_cols,
+                                    data_smem, fac_smem, mult_smem, ready, empty, xbar,
+                                    flag_smem, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES,
+                                    TILES)  # fmt: skip
+            m = m + 1
+            item, t, j = _read_item(item_smem, ibar, m)
+    else:
+        e0, e1 = _item_range(n_rows, items_row)
+        # (row t, item j of the row), advanced item by item (no division in the loop)
+        t = e0 // items_row
+        j = e0 - t * items_row
+        lim, _n_vis, _r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
+                                     bt_stride_r, entry_base, n_cols)  # fmt: skip
+        wf, q_ok = _fold_queries(q_ptr, w_ptr, t.to(gl.int64), q_stride_t, q_stride_h,
+                                 w_stride_t, q_smem, q2_smem, HI, HI_PAD, mma, True)  # fmt: skip
+        fence_async_shared()
+        gl.thread_barrier()
+        for m in range(0, e1 - e0):
+            if j == items_row:
+                # a new row: every warp's products of the last tile are complete, then its
+                # queries
+                j = j - items_row
+                t = t + 1
+                gl.thread_barrier()
+                lim, _n_vis, _r_at = _row_of(t.to(gl.int64), req_ptr, pos_ptr, ratio, n_req,
+                                             bt_stride_r, entry_base, n_cols)  # fmt: skip
+                wf, q_ok = _fold_queries(q_ptr, w_ptr, t.to(gl.int64), q_stride_t, q_stride_h,
+                                         w_stride_t, q_smem, q2_smem, HI, HI_PAD, mma,
+                                         True)  # fmt: skip
+                fence_async_shared()
+                gl.thread_barrier()
+            gslots = _pitem_consume(m, t.to(gl.int64), j, lim, wf, q_ok, gslots, slot, lane,
+                                    lane_rows, zero, qlo, qhi, cand_ptr, out_ptr, gmax_ptr,
+                                    done_ptr, entry_base, n_cols, cand_stride_t, cand_cols,
+                                    out_stride_t, gmax_stride_t, done_stride_t, done_cols,
+                                    data_smem, fac_smem, mult_smem, ready, empty, xbar,
+                                    flag_smem, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES,
+                                    TILES)  # fmt: skip
+            j = j + 1
+
+
+@gluon.jit
+def _pconsumer_main(a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty,
+                    xbar, flag_smem, item_smem, ibar, HI: gl.constexpr, HI_PAD: gl.constexpr,
+                    HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
+                    STAGES: gl.constexpr, TILES: gl.constexpr,
+                    DYN: gl.constexpr):  # fmt: skip
+    _pconsume(a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
+              flag_smem, item_smem, ibar, HI, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES,
+              TILES, DYN)  # fmt: skip
+
+
+@gluon.jit(do_not_specialize=["n_rows"])
+def _gluon_logits_kernel(
+    q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr, done_ptr,
+    ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t, n_req, bt_cols, bt_stride_r,
+    num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t, gmax_stride_t,
+    done_stride_t, done_cols, n_rows, ctr_ptr,
+    HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr,
+    OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr,
+    NC: gl.constexpr, CONSUMER_REGS: gl.constexpr, PERSIST: gl.constexpr = False,
+    DYN: gl.constexpr = False,
+):  # fmt: skip
+    plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, DI // 2], gl.float16)
+    data_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, ROW_WORDS],
+                                          _data_smem_layout())  # fmt: skip
+    # the producer's factors, a stage each: fp16x2 words [64 keys, 4 blocks] and the keys' fp32
+    # factors
+    fac_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, 4],
+                                         gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # fmt: skip
+    mult_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_N], plain1)
+    q_smem = gl.allocate_shared_memory(gl.float16, [HI_PAD, DI // 2], q_lay)
+    q2_smem = gl.allocate_shared_memory(gl.float16, [HI_PAD, DI // 2], q_lay)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(STAGES):
+        # one asynchronous arrival per producer thread (the key bytes) and one of the producer
+        # (the factors); one arrival of the consumer
+        mbarrier.init(ready.index(b), count=33)
+        mbarrier.init(empty.index(b), count=1)
+    # xbar 0: the queries are in shared memory (NC = 2 only: an mbarrier initialized and never
+    # used would share its bytes with later scratch memory, which PTX leaves undefined); 1: the
+    # producer's range bits are in flag_smem
+    xbar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    if NC > 1:
+        mbarrier.init(xbar.index(0), count=1)
+    mbarrier.init(xbar.index(1), count=1)
+    flag_smem = gl.allocate_shared_memory(gl.int32, [128], plain1)
+    fence_async_shared()
+    gl.thread_barrier()
+    a = (q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr,
+         done_ptr, ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t, n_req,
+         bt_cols, bt_stride_r, num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t,
+         gmax_stride_t, done_stride_t, done_cols)  # fmt: skip
+    # (constexprs stay constexprs only when the argument tuples are written in place)
+    if PERSIST:
+        gl.static_assert(NC == 1)
+        # two flag slots (item m's range bits in slot m % 2; flag_smem is not used); DYN: two
+        # item slots and their mbarrier
+        pflag_smem = gl.allocate_shared_memory(gl.int32, [2, 128], plain1)
+        item_smem = gl.allocate_shared_memory(gl.int32, [2, 4], plain1)
+        ibar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        if DYN:
+            mbarrier.init(ibar.index(0), count=1)
+            fence_async_shared()
+            gl.thread_barrier()
+        gl.warp_specialize(
+            [
+                (_pconsumer_main, (a, n_rows, data_smem, fac_smem, mult_smem, q_smem, q2_smem,
+                                   ready, empty, xbar, pflag_smem, item_smem, ibar, HI, HI_PAD,
+                                   HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, DYN)),
+                (_pproducer, (a, n_rows, ctr_ptr, data_smem, fac_smem, mult_smem, ready, empty,
+                              xbar, pflag_smem, item_smem, ibar, PAGE_SIZE, STAGES, TILES,
+                              DYN)),
+            ],
+            [1],
+            [PRODUCER_REGS],
+        )  # fmt: skip
+    elif NC == 1:
+        gl.warp_specialize(
+            [
+                (_consumer_main, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
+                                  empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
+                                  HAS_GMAX, STAGES, TILES, NC)),
+                (_producer, (a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
+                             PAGE_SIZE, STAGES, TILES)),
+            ],
+            [1],
+            [PRODUCER_REGS],
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
+                (_consumer_main, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
+                                  empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
+                                  HAS_GMAX, STAGES, TILES, NC)),
+                (_consumer_worker, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
+                                    empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
+                                    HAS_GMAX, STAGES, TILES, NC)),
+                (_producer, (a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
+                             PAGE_SIZE, STAGES, TILES)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )  # fmt: skip
