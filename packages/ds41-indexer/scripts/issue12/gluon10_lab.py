@@ -3,8 +3,9 @@
 the block scale factors computed by the producer (PFAC) against the package's Gluon kernel on
 one H200, CUDA-graph medians (the bench's `_time`). Written offline; not yet run on a GPU.
 
-Launch interface: `gluon9_lab.py`'s (`launch(gk, cfg, ...)`, cfg keys T tiles, NC consumer
-warpgroups, S stages, R register cap, GMAX, and the lab knobs PFAC and PREGS).
+Launch interface: the retired `gluon9_lab.py`'s (at commit ec60708): `launch(gk, cfg, ...)`,
+cfg keys T tiles, NC consumer warpgroups, S stages, R register cap, GMAX, and the lab knobs
+PFAC and PREGS.
 
 Checks first (every one must print ok=True; the script exits 1 otherwise):
 - flags: on scale bytes at and past the fast path's range (one key of a tile 32 / 33 below
