@@ -267,3 +267,20 @@ def test_triton_grid_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(triton_kernels, "MAX_GRID_Y", 1)
     pieces = index_logits(q, w, sc.cache, sc.block_table, req, pos, 1, backend="triton")
     assert torch.equal(pieces, whole)
+
+
+def test_upcast_is_refused_outside_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fp32 variant is the interpreter's; a compiled launch asking for it gets an error
+    naming the argument before anything runs."""
+    from ds41_indexer.ops.logits import triton_kernels
+
+    monkeypatch.setattr(triton_kernels, "interpreter_active", lambda: False)
+    sc = make_scenario("mxfp4", [37, 80, 5], seed=24, device=DEV)
+    q, w = make_queries(7, 4, 32, seed=25, device=DEV)
+    req, pos = rows()
+    out = torch.full((7, 40), 7.0, device=DEV)
+    with pytest.raises(ValueError, match="upcast=True is the Triton interpreter's fp32 path"):
+        triton_kernels.paged_logits_triton(
+            q, w, sc.cache, sc.block_table, req, pos, 1, out, upcast=True
+        )
+    assert bool((out == 7.0).all())

@@ -43,6 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ds41_cache.backend import interpreter_active
 from ds41_cache.ops.codec.triton_jit import e2m1_to_f32, e4m3_to_f32, ue8m0_to_f32
 from ds41_cache.paged import PagedCache
 
@@ -924,7 +925,14 @@ def paged_logits_triton(
     (int32 [T, >= ceil(n / GROUP)]) also each group's largest order-preserving key (the first
     pass of the top-k; needs a tile that is a multiple of GROUP and `entry_base % GROUP == 0`).
     With `done` (int8 [T, >= ceil(n / SPAN)], SPAN = BLOCK_N * TILES entries), spans whose flag
-    is nonzero are skipped (the Gluon kernel scored them)."""
+    is nonzero are skipped (the Gluon kernel scored them). `upcast`: the interpreter's fp32
+    arithmetic (its fp16 is unreliable); only the interpreter runs it (compiled, the variant's
+    fp32 and fp16 query tiles do not unify), so callers pass `interpreter_active()`."""
+    if upcast and not interpreter_active():
+        raise ValueError(
+            "upcast=True is the Triton interpreter's fp32 path (TRITON_INTERPRET=1); compiled "
+            "kernels take upcast=False"
+        )
     t = q.shape[0]
     n = out.shape[1]
     if t == 0 or n == 0:
