@@ -71,6 +71,9 @@ GRAPH_CALLS = 20
 LAB_TILES = {"c93": DECODE_TILE, "lab": DECODE_TILE, "lab_n32": LaunchTile(64, 32, 4, 3),
              "lab_n16": LaunchTile(64, 16, 4, 3)}  # fmt: skip
 VARIANTS = ("prod", "prod_pdl", "one", "c93", "lab", "lab_n32", "lab_n16")
+FAILED: set[str] = set()
+"""Variants that failed a bits or counter check in this run (named in the table's last line;
+never picked as the best lab variant)."""
 
 
 # M is never specialized (one compiled kernel per weight shape, as in production).
@@ -319,9 +322,11 @@ def check_bits(
         worst = max((outs[b].float() - ref.float()).abs().nan_to_num(float("inf")).max().item()
                     for b in bad)  # fmt: skip
         log(f"  {label} m={m}: MISMATCH {bad} (max |diff| {worst:.3g})")
+        FAILED.update(b.split("#")[0] for b in bad)
     if int(counters.count_nonzero()) != 0:
         ok = False
         log(f"  {label} m={m}: counters not back at zero ({int(counters.count_nonzero())})")
+        FAILED.add("counters")
     return ok
 
 
@@ -367,10 +372,12 @@ def check_graph(
             launch_matmul(xi, w, ref, plan, upcast=False, ieee_fp32=False, split=False)
             if not all(torch.equal(o, ref) for o in outs):
                 log(f"  {label} m={m}: {v} graph replay {rep} != eager one-program launch")
+                FAILED.add(v)
                 ok = False
         torch.cuda.synchronize()
         if int(counters.count_nonzero()) != 0:
             log(f"  {label} m={m}: {v} counters not zero after the replays")
+            FAILED.add(v)
             ok = False
     return ok
 
@@ -413,7 +420,7 @@ def s8_diagnosis(device: torch.device, log: Callable[[str], None]) -> None:
     """What the eighth session's failing `interpreter` tests compared when run compiled on a
     GPU (no TRITON_INTERPRET): the upcast (interpreter-only) arithmetic of production's kernel,
     split and not, against `grouped_linear`'s tensor-core launch (what the test asserts), and
-    the fused replays (c93, lab) in the same upcast arithmetic."""
+    the c93 replay in the same upcast arithmetic (the eighth session's first assert)."""
     from ds41_runner.ops.linear import grouped_linear
 
     for groups, n, k in ((1, 72, 600), (3, 24, 260)):
@@ -424,11 +431,11 @@ def s8_diagnosis(device: torch.device, log: Callable[[str], None]) -> None:
             plan = plan_matmul(n, k, groups)
             counters = new_counters(device)
             up: dict[str, torch.Tensor] = {}
-            for name in ("one", "prod", "c93", "lab"):
+            for name in ("one", "prod", "c93"):
                 out = torch.full((70, groups * n), float("nan"), device=device)
                 up[name] = run_variant(name, x, w, out, plan, counters, True)
             api = grouped_linear(x, w, backend="triton", out_dtype=torch.float32)
-            same = ", ".join(f"{v} {torch.equal(up[v], up['one'])}" for v in ("prod", "c93", "lab"))
+            same = ", ".join(f"{v} {torch.equal(up[v], up['one'])}" for v in ("prod", "c93"))
             log(
                 f"  s8 test case ({groups}, {n}, {k}): upcast path == upcast one program: {same}; "
                 f"tensor-core API == upcast one program (the test's assert): "
@@ -442,7 +449,8 @@ def s8_diagnosis(device: torch.device, log: Callable[[str], None]) -> None:
 def best_lab(r: dict[str, Any]) -> str:
     """The fastest fused lab variant (not the c93 replay) against production, e.g. `0.83
     (lab_n32)`."""
-    name = min(("lab", "lab_n32", "lab_n16"), key=lambda v: r[v])
+    cands = [v for v in ("lab", "lab_n32", "lab_n16") if v not in FAILED] or ["lab"]
+    name = min(cands, key=lambda v: r[v])
     return f"{r[name] / r['prod']:.2f} ({name})"
 
 
@@ -499,7 +507,7 @@ def gpu_main(rows: list[int], json_path: Path | None, log: Callable[[str], None]
         lines.append(
             f"| {m} | " + " | ".join(f"{tot[v]:.1f}" for v in VARIANTS) + f" | {best_lab(tot)} |"
         )
-    lines.append(f"bits: {'ok' if ok else 'MISMATCH'}")
+    lines.append(f"bits: {'ok' if ok else 'MISMATCH, failed: ' + ', '.join(sorted(FAILED))}")
     print("\n".join(lines), flush=True)
     return 0 if ok else 1
 
