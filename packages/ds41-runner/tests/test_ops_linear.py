@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from ds41_cache.testing import interpreter_only
 from ds41_runner.ops.linear import grouped_linear, linear
 from ds41_runner.ops.matmul.naive import reference_matmul
 
@@ -153,6 +154,7 @@ def test_grouped_linear_torch_and_fast():
 
 
 @pytest.mark.interpreter
+@interpreter_only
 @pytest.mark.parametrize("groups,n,k", [(1, 72, 600), (3, 24, 260)])
 def test_triton_segments_split_or_not_same_bits(device, groups, n, k):
     from ds41_runner.ops.matmul.plan import plan_matmul
@@ -218,6 +220,7 @@ def test_triton_every_launch_tile_same_bits(device, split):
 
 
 @pytest.mark.interpreter
+@interpreter_only
 def test_matmul_bench_smoke(monkeypatch, capsys):
     from ds41_runner import matmul_bench
 

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 import ds41_runner
+from ds41_cache.testing import interpreter_only
 from ds41_runner.ops.linear import (
     linear,
     linear_chain,
@@ -259,6 +260,7 @@ def test_half_totals_cpu() -> None:
 
 
 @pytest.mark.interpreter
+@interpreter_only
 def test_half_totals_triton() -> None:
     """K = 512 against N = 64: a plan of 4 segments of 2 K tiles; the one-process launch in
     one program and split (same bits) both add the halves apart."""

@@ -52,3 +52,13 @@ def device() -> torch.device:
 
 def triton_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+interpreter_only = pytest.mark.skipif(
+    not interpreter_active(),
+    reason="tests the Triton interpreter's fp32 (upcast) arithmetic; compiled kernels take "
+    "the tensor-core path, which the gpu tests check",
+)
+"""For tests of the interpreter's own arithmetic (kernels' `upcast` variants compared with the
+public API, which takes that variant only under TRITON_INTERPRET=1): skipped when compiled.
+Evaluated at import: the conftests set TRITON_INTERPRET before importing this module."""
