@@ -1,13 +1,16 @@
 """Where a flash_mini decode step spends its GPU time, mode=bi against mode=fast.
 
     python benchmarks/profile_step.py [--batch 1,64] [--context 4096] [--steps 5] [--top 8]
-                                      [--sites 0]
+                                      [--sites 0] [--graph-replays 0]
 
 Runs the runner's real forward on a synthetic history (as `ds41_runner.bench` does) and prints,
 per mode and batch, the GPU kernels ranked by total device time over `--steps` decode steps
 (torch.profiler), grouped into stages: linear layers, attention, indexer, cache writes, other.
 `--sites N` also lists the N torch ops with the most kernel time of their own, by the ds41
-source line that called them (where the "other" kernels come from).
+source line that called them (where the "other" kernels come from). `--graph-replays N` also
+captures the step in a CUDA graph (as `ds41_runner.bench` does) and times N back-to-back
+replays: the replay's wall time per step beside the eager steps' kernel time shows how much of
+a replayed step is not kernel time (launch gaps between the ~300 kernels, and their prologues).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from ds41_runner.bench import _fill_synthetic_history
+from ds41_runner.bench import _capture_forward, _fill_synthetic_history
 from ds41_runner.model import KVState, Model, ModelConfig
 
 STAGES = {
@@ -58,6 +61,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=8, help="kernels listed per run")
     ap.add_argument("--sites", type=int, default=0, help="torch ops listed by call site")
+    ap.add_argument("--graph-replays", type=int, default=0, help="time N graph replays")
     args = ap.parse_args()
     dev = torch.device("cuda")
     cfg = ModelConfig.preset("flash_mini")
@@ -107,6 +111,32 @@ def main() -> None:
                 print(f"   {us:9.0f} us  x{n:<4d} {name}")
             if args.sites:
                 print_sites(prof, args.steps, args.sites)
+            if args.graph_replays:
+                us = graph_replay_us(model, kv, tok, req, pos, args.graph_replays)
+                gap = us - total
+                print(f"   graph replay  {us:9.0f} us/step wall ({gap:+.0f} us beside the kernels)")
+
+
+def graph_replay_us(
+    model: Model,
+    kv: KVState,
+    tok: torch.Tensor,
+    req: torch.Tensor,
+    pos: torch.Tensor,
+    replays: int,
+) -> float:
+    """Wall microseconds per replay of the step's CUDA graph, `replays` back to back."""
+    replay = _capture_forward(model, kv, tok, req, pos)
+    for _ in range(3):
+        replay()
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    start.record()  # type: ignore[no-untyped-call]
+    for _ in range(replays):
+        replay()
+    end.record()  # type: ignore[no-untyped-call]
+    end.synchronize()  # type: ignore[no-untyped-call]
+    return 1000.0 * float(start.elapsed_time(end)) / replays
 
 
 def print_sites(prof: profile, steps: int, top: int) -> None:
