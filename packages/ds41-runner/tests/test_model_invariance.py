@@ -403,3 +403,63 @@ def test_gpu_forward_without_validation_has_no_host_sync():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["bi", "fast"])
+def test_gpu_dependent_launch_same_bits(monkeypatch, mode):
+    """Programmatic dependent launch (`ds41_cache.ops.launch`, on by default on sm_90) changes
+    when a kernel's programs are placed, never what they compute: a prefill chunk and decode
+    steps, eager and replayed from a CUDA graph, give the bits of ordinary launches
+    (`DS41_PDL=0`), logits and cache bytes. A kernel that read its input before the previous
+    one finished would differ (every step reads what the step before it wrote)."""
+    from ds41_cache.ops.launch import PDL_ENV, pdl_enabled
+
+    dev = torch.device("cuda")
+    cfg = ModelConfig.preset("flash_mini")
+    m = Model(cfg, mode=mode, device=dev, seed=3)
+    g = torch.Generator().manual_seed(6)
+    prompts = torch.randint(0, cfg.vocab_size, (4, 300), generator=g).to(dev)
+    nxt = torch.randint(0, cfg.vocab_size, (6, 4), generator=g).to(dev)
+
+    def run(pdl: str):
+        monkeypatch.setenv(PDL_ENV, pdl)
+        kv = KVState(
+            cfg, kv_dtype="nvfp4_ds_mla", max_requests=4, max_tokens_per_request=320,
+            num_pages=32, page_size=64, device=dev,
+        )  # fmt: skip
+        req = torch.arange(4, dtype=torch.int32, device=dev)
+        for r in range(4):
+            kv.reserve(r, 310)
+        rows = torch.arange(300, dtype=torch.int32, device=dev)
+        outs = [m.forward(prompts.flatten(), req.repeat_interleave(300), rows.repeat(4), kv)]
+        for s in range(3):  # eager decode steps
+            pos = torch.full((4,), 300 + s, dtype=torch.int32, device=dev)
+            outs.append(m.forward(nxt[s], req, pos, kv))
+        tok, pos = nxt[3].clone(), torch.full((4,), 303, dtype=torch.int32, device=dev)
+        kv.flush()
+        side = torch.cuda.Stream(device=dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            m.forward(tok, req, pos, kv, validate=False)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = m.forward(tok, req, pos, kv, validate=False)
+        for s in range(3, 6):  # graph replays
+            tok.copy_(nxt[s])
+            pos.fill_(300 + s)
+            graph.replay()
+            outs.append(static_out.clone())
+        torch.cuda.synchronize()
+        return outs, kv.request_bytes(2, 306)
+
+    if torch.cuda.get_device_capability(dev) >= (9, 0):
+        monkeypatch.setenv(PDL_ENV, "1")
+        assert pdl_enabled(dev)
+    with_pdl, bytes_pdl = run("1")
+    plain, bytes_plain = run("0")
+    for a, b in zip(with_pdl, plain, strict=True):
+        assert torch.equal(a, b)
+    for k in bytes_plain:
+        assert torch.equal(bytes_pdl[k], bytes_plain[k]), k

@@ -6,7 +6,9 @@ before importing anything that imports triton, then re-exports the hooks and fix
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -62,3 +64,64 @@ interpreter_only = pytest.mark.skipif(
 """For tests of the interpreter's own arithmetic (kernels' `upcast` variants compared with the
 public API, which takes that variant only under TRITON_INTERPRET=1): skipped when compiled.
 Evaluated at import: the conftests set TRITON_INTERPRET before importing this module."""
+
+
+def dependent_launch_sites(src: Path) -> tuple[list[str], list[str]]:
+    """Check `ds41_cache.ops.launch`'s contract in every module under `src` (source only, no
+    import): a `@triton.jit` kernel with a `GDC` parameter defaults it to False and calls
+    `enter_dependent(GDC)` as its first statement (after the docstring); a launch that passes
+    `**dependent_launch(...)` launches such a kernel of its own module. Returns (the kernels
+    with `GDC`, as `file:kernel`; the contract's violations, empty when it holds)."""
+    kernels: list[str] = []
+    bad: list[str] = []
+    for path in sorted(src.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        name = path.relative_to(src).as_posix()
+        gdc: set[str] = set()
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            args = fn.args.args + fn.args.kwonlyargs
+            if fn.name == "enter_dependent" or not any(a.arg == "GDC" for a in args):
+                continue
+            gdc.add(fn.name)
+            kernels.append(f"{name}:{fn.name}")
+            names = [a.arg for a in fn.args.args][::-1]
+            defaults = dict(zip(names, fn.args.defaults[::-1], strict=False))
+            default = defaults.get("GDC")
+            if not (isinstance(default, ast.Constant) and default.value is False):
+                bad.append(f"{name}:{fn.name}: GDC must default to False")
+            body = fn.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]
+            first = body[0] if body else None
+            ok = (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Call)
+                and isinstance(first.value.func, ast.Name)
+                and first.value.func.id == "enter_dependent"
+                and [ast.unparse(a) for a in first.value.args] == ["GDC"]
+            )
+            if not ok:
+                bad.append(f"{name}:{fn.name}: first statement must be enter_dependent(GDC)")
+        for call in ast.walk(tree):
+            if not isinstance(call, ast.Call):
+                continue
+            pdl = any(
+                k.arg is None
+                and isinstance(k.value, ast.Call)
+                and isinstance(k.value.func, ast.Name)
+                and k.value.func.id == "dependent_launch"
+                for k in call.keywords
+            )
+            if not pdl:
+                continue
+            target = call.func
+            launched = (
+                target.value.id
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+                else None
+            )
+            if launched not in gdc:
+                bad.append(f"{name}:{call.lineno}: dependent_launch for {launched!r}, no GDC")
+    return kernels, bad

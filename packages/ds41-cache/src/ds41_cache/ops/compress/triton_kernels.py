@@ -30,6 +30,7 @@ from triton.language.extra import libdevice
 from ...backend import interpreter_active
 from ...outputs import empty
 from ..codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
+from ..launch import dependent_launch, enter_dependent
 from ..norm.triton_kernels import load_f32, rms_norm_tile
 
 SCAN_BLOCK = 256
@@ -43,7 +44,9 @@ def compress_rows_kernel(
     D: tl.constexpr, LOG2_D: tl.constexpr, RATIO: tl.constexpr, CAP: tl.constexpr,
     KV_BF16: tl.constexpr, SCORE_BF16: tl.constexpr, W_BF16: tl.constexpr,
     SCAN_BLOCK: tl.constexpr, PRECISE_EXP: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
+    enter_dependent(GDC)
     i = tl.program_id(0).to(tl.int64)
     r = tl.load(req_ptr + i).to(tl.int64)
     p = tl.load(pos_ptr + i).to(tl.int64)
@@ -113,7 +116,9 @@ def compress_rows_kernel(
 def ring_write_kernel(
     kv_ptr, score_ptr, stride_kv, stride_score, pos_ptr, target_ptr, ring_ptr, R,
     D: tl.constexpr, CAP: tl.constexpr, KV_BF16: tl.constexpr, SCORE_BF16: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
+    enter_dependent(GDC)
     i = tl.program_id(0).to(tl.int64)
     target = tl.load(target_ptr + i)
     if target < R:  # the scratch row takes padding and superseded rows: nothing reads it
@@ -166,6 +171,7 @@ def compress_rows(
         W_BF16=weight.dtype == torch.bfloat16, SCAN_BLOCK=SCAN_BLOCK,
         PRECISE_EXP=not interpreter_active(),
         num_warps=4, enable_fp_fusion=False,
+        **dependent_launch(kv.device),
     )  # fmt: skip
     return latent, emit, entry, target
 
@@ -184,4 +190,5 @@ def write_ring(
         target, ring, ring.shape[0] - 1,
         D=d, CAP=ring.shape[1], KV_BF16=kv.dtype == torch.bfloat16,
         SCORE_BF16=score.dtype == torch.bfloat16, num_warps=4,
+        **dependent_launch(kv.device),
     )  # fmt: skip

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from ...outputs import empty
+from ..launch import dependent_launch, enter_dependent
 
 
 @triton.jit
@@ -45,7 +46,9 @@ def _sparse_paged_indices_kernel(
     RATIO: tl.constexpr,
     COMP_PAGE: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    enter_dependent(GDC)
     t = tl.program_id(0).to(tl.int64)
     req = tl.load(req_ptr + t).to(tl.int32)
     p = tl.load(pos_ptr + t).to(tl.int32)
@@ -152,5 +155,6 @@ def sparse_paged_indices(
         RATIO=max(ratio, 1),
         COMP_PAGE=comp_page_size,
         BLOCK_K=triton.next_power_of_2(k),
+        **dependent_launch(pos.device),
     )
     return swa, swa_len, comp, comp_len

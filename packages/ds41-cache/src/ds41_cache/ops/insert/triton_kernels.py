@@ -24,6 +24,7 @@ from ..codec.triton_kernels import (
     store_bf16_pairs,
     tile_geometry,
 )
+from ..launch import dependent_launch, enter_dependent
 
 
 @triton.jit
@@ -63,7 +64,9 @@ def insert_kernel(
     BN: tl.constexpr,
     X_BF16: tl.constexpr,
     ROPE: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    enter_dependent(GDC)
     rows = tl.program_id(0).to(tl.int64) * BN + tl.arange(0, BN)
     row_ok = rows < N
     slot = tl.load(slot_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
@@ -109,7 +112,9 @@ def gather_kernel(
     NG: tl.constexpr,
     NGROUPS: tl.constexpr,
     BN: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    enter_dependent(GDC)
     rows = tl.program_id(0).to(tl.int64) * BN + tl.arange(0, BN)
     row_ok = rows < N
     slot = tl.load(slot_ptr + rows, mask=row_ok, other=-1).to(tl.int64)
@@ -158,6 +163,7 @@ def launch_insert(
         ROPE=rope,
         # x0*c - x1*s must round each product like the torch reference, not fuse into an FMA
         enable_fp_fusion=False,
+        **dependent_launch(slots.device),
     )
 
 
@@ -182,4 +188,5 @@ def launch_gather(cache: PagedCache, slots: torch.Tensor, out: torch.Tensor) -> 
         NG=ng,
         NGROUPS=groups,
         BN=bn,
+        **dependent_launch(slots.device),
     )

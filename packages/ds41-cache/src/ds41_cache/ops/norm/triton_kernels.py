@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from ..codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
+from ..launch import dependent_launch, enter_dependent
 
 
 @triton.jit
@@ -45,7 +46,9 @@ def rms_norm_kernel(
     x_ptr, w_ptr, out_ptr, T, stride_x, eps,
     D: tl.constexpr, LOG2_D: tl.constexpr, BLOCK_M: tl.constexpr,
     X_BF16: tl.constexpr, W_BF16: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
+    enter_dependent(GDC)
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, D)
     ok = (rows < T)[:, None]
@@ -77,5 +80,6 @@ def launch_rms_norm(
         D=d, LOG2_D=d.bit_length() - 1, BLOCK_M=block_m,
         X_BF16=x.dtype == torch.bfloat16, W_BF16=weight.dtype == torch.bfloat16,
         num_warps=4, enable_fp_fusion=False,
+        **dependent_launch(x.device),
     )  # fmt: skip
     return out

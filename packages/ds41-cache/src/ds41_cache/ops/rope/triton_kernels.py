@@ -15,13 +15,16 @@ import triton.language as tl
 
 from ...outputs import empty
 from ..codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
+from ..launch import dependent_launch, enter_dependent
 
 
 @triton.jit
 def rope_inplace_kernel(
     x_ptr, cos_ptr, sin_ptr, M, stride_t, stride_m, FIRST_WORD,
     HALF_R: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, INVERSE: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
+    enter_dependent(GDC)
     # x as int32 words: word FIRST_WORD + k of a head holds the rotated pair k (the even
     # channel in its low half), so one coalesced 4-byte load brings both channels of a pair.
     # One program per (row, block of heads).
@@ -52,7 +55,9 @@ def rope_inplace_kernel(
 def rope_tables_kernel(
     pos_ptr, freqs_ptr, cos_ptr, sin_ptr, N,
     HALF_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
+    enter_dependent(GDC)
     # The reference's operations: float32(pos) (round to nearest), one fp32 product, then
     # libdevice cos and sin (what torch's CUDA cos/sin call).
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -80,6 +85,7 @@ def launch_rope_tables(
     rope_tables_kernel[(triton.cdiv(n, block_n),)](
         positions.contiguous(), freqs, cos, sin, n,
         HALF_R=half_r, BLOCK_N=block_n, BLOCK_P=block_p, num_warps=4,
+        **dependent_launch(positions.device),
     )  # fmt: skip
     return cos, sin
 
@@ -111,5 +117,6 @@ def launch_rope_inplace(
         words, cos, sin, m, words.stride(0), words.stride(1), (d - 2 * half_r) // 2,
         HALF_R=half_r, BLOCK_M=block_m, BLOCK_P=block_p, INVERSE=inverse,
         num_warps=4, enable_fp_fusion=False,
+        **dependent_launch(cos.device),
     )  # fmt: skip
     return x

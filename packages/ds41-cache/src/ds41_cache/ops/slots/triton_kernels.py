@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from ...outputs import empty
+from ..launch import dependent_launch, enter_dependent
 
 BLOCK = 128
 
@@ -18,7 +19,9 @@ BLOCK = 128
 def lookup_slots_kernel(
     bt_ptr, bt_stride0, bt_stride1, num_req, num_cols, req_ptr, pos_ptr, needed_ptr,
     slots_ptr, missing_ptr, T, PAGE: tl.constexpr, BLOCK: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
+    enter_dependent(GDC)
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = rows < T
     req = tl.load(req_ptr + rows, mask=ok, other=-1).to(tl.int64)
@@ -55,5 +58,6 @@ def lookup_slots(
         block_table.shape[1], req_idx.contiguous(), positions.contiguous(),
         needed.contiguous().view(torch.uint8), slots, missing.view(torch.uint8), t,
         PAGE=page_size, BLOCK=BLOCK, num_warps=4,
+        **dependent_launch(positions.device),
     )  # fmt: skip
     return slots, missing

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from ds41_cache.ops.codec.triton_jit import bf16_bits_to_f32
+from ds41_cache.ops.launch import dependent_launch, enter_dependent
 
 from ..topk.triton_kernels import EmptyFn, index_topk_triton
 
@@ -27,7 +28,9 @@ MAX_GRID_Y = 65535
 def block_scores_kernel(
     logits_ptr, stride_t, nv_ptr, scores_ptr, N, NB,
     BS: tl.constexpr, BS_P2: tl.constexpr, BLOCK_B: tl.constexpr, L_BF16: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
+    enter_dependent(GDC)
     t = tl.program_id(0).to(tl.int64)
     b = tl.program_id(1).to(tl.int64) * BLOCK_B + tl.arange(0, BLOCK_B)
     j = tl.arange(0, BS_P2)
@@ -48,7 +51,9 @@ def block_scores_kernel(
 def mask_kernel(
     chosen_ptr, K, scores_ptr, out_ptr, N, NB,
     BS: tl.constexpr, BS_P2: tl.constexpr, BLOCK_B: tl.constexpr, LOG2_K: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
+    enter_dependent(GDC)
     t = tl.program_id(0).to(tl.int64)
     b = tl.program_id(1).to(tl.int64) * BLOCK_B + tl.arange(0, BLOCK_B)
     row = chosen_ptr + t * K
@@ -95,6 +100,7 @@ def candidate_blocks_triton(
     block_scores_kernel[grid](
         logits.view(torch.int16) if is_bf16 else logits, logits.stride(0), nv, scores, n, nb,
         BS=block_size, BS_P2=bs_p2, BLOCK_B=block_b, L_BF16=is_bf16, num_warps=4,
+        **dependent_launch(logits.device),
     )  # fmt: skip
     k = min(topk_blocks, nb)
     all_blocks = torch.full((t,), nb, dtype=torch.int32, device=dev)
@@ -103,5 +109,6 @@ def candidate_blocks_triton(
         chosen, k, scores, out.view(torch.uint8), n, nb,
         BS=block_size, BS_P2=bs_p2, BLOCK_B=block_b, LOG2_K=max(1, k.bit_length()),
         num_warps=4,
+        **dependent_launch(out.device),
     )  # fmt: skip
     return out

@@ -45,6 +45,7 @@ import triton.language as tl
 
 from ds41_cache.backend import interpreter_active
 from ds41_cache.ops.codec.triton_jit import e2m1_to_f32, e4m3_to_f32, ue8m0_to_f32
+from ds41_cache.ops.launch import dependent_launch, enter_dependent
 from ds41_cache.paged import PagedCache
 
 from ..topk.triton_kernels import GROUP, _score_to_key
@@ -440,7 +441,9 @@ def _paged_logits_kernel(
     STAGES: tl.constexpr,
     HAS_DONE: tl.constexpr,
     DONE_SPANS: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    enter_dependent(GDC)
     # A program scores DONE_SPANS consecutive spans (one without HAS_DONE, a span a program).
     # With HAS_DONE (the pass after the Gluon kernel, `gluon_launch.py`) it first loads their
     # flags at once (most programs stop there) and scores only those the Gluon kernel left
@@ -1041,4 +1044,5 @@ def _launch(
         HAS_DONE=done is not None,
         DONE_SPANS=DONE_SPANS if done is not None else 1,
         num_warps=warps,
+        **dependent_launch(q.device),
     )

@@ -41,6 +41,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ds41_cache.ops.launch import dependent_launch, enter_dependent
+
 GROUP = tl.constexpr(64)
 """Entries per group of the first top-k pass (the group maxima, `gmax`)."""
 
@@ -129,8 +131,10 @@ def _select_row_kernel(
     k,
     CHUNK: tl.constexpr,
     K_PAD: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
     """A row of at most CHUNK fp32/bf16 scores -> its top-k entries [k] (ascending, then -1)."""
+    enter_dependent(GDC)
     t = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, CHUNK)
     # The scores load does not wait for n_visible (columns past it are read, then masked).
@@ -149,10 +153,13 @@ def _select_row_kernel(
 
 
 @triton.jit
-def _visible_kernel(req_ptr, pos_ptr, out_ptr, t, ratio, BLOCK: tl.constexpr):
+def _visible_kernel(
+    req_ptr, pos_ptr, out_ptr, t, ratio, BLOCK: tl.constexpr, GDC: tl.constexpr = False
+):
     """n(p) = floor((p + 1) / ratio) of each row, 0 for padding rows (req_idx < 0), as int32:
     `visible_entries` (the torch reference) exactly. int64 arithmetic; the floor of a negative
     quotient is taken with non-negative operands only, where C's and Python's `//` agree."""
+    enter_dependent(GDC)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < t
     req = tl.load(req_ptr + offs, mask=m, other=-1)
@@ -185,6 +192,7 @@ def visible_counts(
             ratio,
             BLOCK=block,
             num_warps=1 if block <= 128 else 4,
+            **dependent_launch(pos.device),
         )
     return out
 
@@ -221,6 +229,7 @@ def select_rows(
         CHUNK=chunk,
         K_PAD=k_pad,
         num_warps=8 if chunk >= 4096 else 4,
+        **dependent_launch(scores.device),
     )
 
 
@@ -274,9 +283,11 @@ def _group_max_kernel(
     score_stride_t,
     gmax_stride_t,
     GPP: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
     """First pass of the selector on a [T, N] score tensor: per GROUP entries the largest
     order-preserving key of the visible entries (0 when none) -> int32 [T, ceil(N / GROUP)]."""
+    enter_dependent(GDC)
     t = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1) * GPP + tl.arange(0, GPP)
     n_vis = tl.load(nvis_ptr + t)
@@ -441,6 +452,7 @@ def _group_select_kernel(
     CCAP: tl.constexpr,
     BATCH: tl.constexpr,
     NGB: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
     """Second pass, one program per row: the exact top-k of a segment of scores (columns are
     entries entry_base + col) merged with the row's running list, from the group maxima.
@@ -452,6 +464,7 @@ def _group_select_kernel(
     is reduced to its top-k (into the first K_PAD slots); the last reduction is the answer:
     `out` (FINAL, k columns, then -1) or the running list.
     """
+    enter_dependent(GDC)
     t = tl.program_id(0).to(tl.int64)
     n_vis = tl.load(nvis_ptr + t)
     n_here = tl.minimum(tl.maximum(n_vis - entry_base, 0), n_cols)
@@ -554,6 +567,7 @@ def _split_select_kernel(
     BATCH: tl.constexpr,
     NGB: tl.constexpr,
     CHUNK: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
     """The split selector, program (t, s): the exact top-k of slice s of row t (or the part of
     it that can hold a winner of the row), a list of at most k entries (ascending) in the
@@ -566,6 +580,7 @@ def _split_select_kernel(
     than K_PAD candidates (or a reduction) came, they are reduced to the slice's top-k. Else
     slice s is the CHUNK entries from s * CHUNK, selected in registers.
     """
+    enter_dependent(GDC)
     t = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     p = t * S + s
@@ -652,7 +667,15 @@ def group_max(scores: torch.Tensor, n_visible: torch.Tensor, gmax: torch.Tensor)
     t, n = scores.shape
     gpp = 64
     _group_max_kernel[(t, triton.cdiv(triton.cdiv(n, GROUP), gpp))](
-        scores, n_visible, gmax, n, scores.stride(0), gmax.stride(0), GPP=gpp, num_warps=4
+        scores,
+        n_visible,
+        gmax,
+        n,
+        scores.stride(0),
+        gmax.stride(0),
+        GPP=gpp,
+        num_warps=4,
+        **dependent_launch(scores.device),
     )
 
 
@@ -698,6 +721,7 @@ def group_select(
         BATCH=gather_batch(chunk),
         NGB=min(chunk, 4096),
         num_warps=8,
+        **dependent_launch(scores.device),
     )
 
 
@@ -832,4 +856,5 @@ def split_select(
         NGB=min(chunk, 4096),
         CHUNK=chunk,
         num_warps=8,
+        **dependent_launch(scores.device),
     )

@@ -12,12 +12,14 @@ import triton
 import triton.language as tl
 
 from ds41_cache.ops.codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
+from ds41_cache.ops.launch import dependent_launch, enter_dependent
 
 SWIGLU_BLOCK = 1024
 
 
 @triton.jit
-def swiglu_gate_kernel(a_ptr, b_ptr, out_ptr, N, BLOCK: tl.constexpr):
+def swiglu_gate_kernel(a_ptr, b_ptr, out_ptr, N, BLOCK: tl.constexpr, GDC: tl.constexpr = False):
+    enter_dependent(GDC)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < N
     a = bf16_bits_to_f32(tl.load(a_ptr + offs, mask=ok, other=0)).to(tl.float64)
@@ -33,5 +35,6 @@ def launch_swiglu_gate(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> t
     swiglu_gate_kernel[(triton.cdiv(n, SWIGLU_BLOCK),)](
         a.view(torch.int16), b.view(torch.int16), out.view(torch.int16), n,
         BLOCK=SWIGLU_BLOCK, num_warps=4, enable_fp_fusion=False,
+        **dependent_launch(a.device),
     )  # fmt: skip
     return out

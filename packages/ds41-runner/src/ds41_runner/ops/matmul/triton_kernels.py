@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ds41_cache.ops.launch import dependent_launch, enter_dependent
 from ds41_cache.outputs import empty
 
 from .plan import BLOCK_K, DECODE_TILE, LaunchTile, MatmulPlan
@@ -31,7 +32,9 @@ def matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SEG_TILES: tl.constexpr, N_ITER: tl.constexpr, SPLIT: tl.constexpr, HALF_ITER: tl.constexpr,
     UPCAST: tl.constexpr, IEEE_FP32: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
+    enter_dependent(GDC)
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     g = pid_n // N_TILES
@@ -107,9 +110,11 @@ def matmul_kernel(
 def reduce_segments_kernel(
     ws_ptr, out_ptr, M, NCOLS, stride_ws, stride_om, stride_on,
     N_SEGS: tl.constexpr, HALF: tl.constexpr, BLOCK: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
     """`out[m, c] = ((0 + ws[0, m, c]) + ws[1, m, c]) + ... + ws[HALF - 1, m, c]`, plus the
     same chain over segments HALF..N_SEGS-1 when HALF < N_SEGS."""
+    enter_dependent(GDC)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < M * NCOLS
     total = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -158,11 +163,13 @@ def launch_matmul(
         SPLIT=do_split,
         HALF_ITER=0 if do_split or plan.half >= plan.n_segs else plan.half * plan.seg_tiles,
         UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=t.num_warps, num_stages=t.num_stages,
+        **dependent_launch(x.device),
     )  # fmt: skip
     if do_split:
         reduce_segments_kernel[(triton.cdiv(m * ncols, REDUCE_BLOCK),)](
             ws, out, m, ncols, m * ncols, out.stride(0), out.stride(1),
             N_SEGS=plan.n_segs, HALF=plan.half, BLOCK=REDUCE_BLOCK, num_warps=4,
+            **dependent_launch(out.device),
         )  # fmt: skip
     return out
 
@@ -201,6 +208,7 @@ def launch_partials(
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=BLOCK_K,
         SEG_TILES=plan.seg_tiles, N_ITER=plan.seg_tiles, SPLIT=True, HALF_ITER=0,
         UPCAST=upcast, IEEE_FP32=ieee_fp32, num_warps=t.num_warps, num_stages=t.num_stages,
+        **dependent_launch(x.device),
     )  # fmt: skip
     return ws
 
@@ -217,5 +225,6 @@ def launch_reduce(ws: torch.Tensor, out: torch.Tensor, half: int) -> torch.Tenso
     reduce_segments_kernel[(triton.cdiv(m * ncols, REDUCE_BLOCK),)](
         ws, out, m, ncols, m * ncols, out.stride(0), out.stride(1),
         N_SEGS=s, HALF=min(half, s), BLOCK=REDUCE_BLOCK, num_warps=4,
+        **dependent_launch(out.device),
     )  # fmt: skip
     return out

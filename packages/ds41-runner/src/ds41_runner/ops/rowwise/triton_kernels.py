@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from ds41_cache.ops.codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
+from ds41_cache.ops.launch import dependent_launch, enter_dependent
 from ds41_cache.outputs import empty
 
 
@@ -22,7 +23,18 @@ def _rms_scaled(x, w_ptr, cols, ok, D, eps):
 
 
 @triton.jit
-def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, D, stride_x, stride_o, eps, BLOCK_D: tl.constexpr):
+def rmsnorm_kernel(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    D,
+    stride_x,
+    stride_o,
+    eps,
+    BLOCK_D: tl.constexpr,
+    GDC: tl.constexpr = False,
+):
+    enter_dependent(GDC)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     ok = cols < D
@@ -44,6 +56,7 @@ def launch_rmsnorm(
     rmsnorm_kernel[(m,)](
         x, w, out, d, x.stride(0), out.stride(0), eps, BLOCK_D=block,
         num_warps=_norm_warps(block),
+        **dependent_launch(x.device),
     )  # fmt: skip
     return out
 
@@ -53,7 +66,9 @@ def residual_rmsnorm_kernel(
     x_ptr, delta_ptr, w_ptr, sum_ptr, out_ptr, first_ptr, stage, D, stride_x, stride_d,
     stride_s, stride_o, eps,
     BLOCK_D: tl.constexpr, HAS_DELTA: tl.constexpr, MARK: tl.constexpr, NORM: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):  # fmt: skip
+    enter_dependent(GDC)
     # One program per row: s = bf16(x + delta) (torch's bf16 add: fp32 sum, one rounding),
     # then the non-finite mark of s, then rmsnorm(s) as rmsnorm_kernel computes it.
     row = tl.program_id(0).to(tl.int64)
@@ -97,6 +112,7 @@ def launch_residual_rmsnorm(
         0 if total is None else total.stride(0), 0 if out is None else out.stride(0), eps,
         BLOCK_D=block, HAS_DELTA=delta is not None, MARK=first is not None, NORM=w is not None,
         num_warps=_norm_warps(block),
+        **dependent_launch(x.device),
     )  # fmt: skip
 
 
@@ -135,7 +151,9 @@ def vocab_partials_kernel(
     TILES: tl.constexpr,
     SAMPLE: tl.constexpr,
     TARGETS: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    enter_dependent(GDC)
     # One program per (row, segment): the order of every reduction depends on the segment
     # length only. Fields as ops.vocab.PARTIAL_FIELDS. Pass 1: the max and the best score;
     # pass 2: the sum of exp(x - max).
@@ -230,6 +248,7 @@ def launch_vocab_partials(x: torch.Tensor, v0: int, seg: int, sampling) -> torch
         sampling.targets if targets else dummy,
         x.stride(0), v0, seg, nseg,
         BLOCK=block, TILES=triton.cdiv(seg, block), SAMPLE=sample, TARGETS=targets,
+        **dependent_launch(x.device),
     )  # fmt: skip
     return out
 
@@ -248,7 +267,9 @@ def vocab_combine_kernel(
     NSEG: tl.constexpr,
     LOG2_NSEG: tl.constexpr,
     TARGETS: tl.constexpr,
+    GDC: tl.constexpr = False,
 ):
+    enter_dependent(GDC)
     # One program per row: ops.vocab.combine_partials's operations in its order (float64
     # exp / log rounded to fp32, the segment sum in row_sum's pairwise order; launched without
     # FMA contraction, which fused `sumexp * scale` into the first addition), then the
@@ -316,5 +337,6 @@ def launch_vocab_combine(
             tlogit if tlogit is not None else logit, chosen, logprob, seg,
             NSEG=nseg, LOG2_NSEG=nseg.bit_length() - 1, TARGETS=targets is not None, num_warps=1,
             enable_fp_fusion=False,
+            **dependent_launch(dev),
         )  # fmt: skip
     return lse, new, logit, tlogit, chosen, logprob
