@@ -7,7 +7,7 @@ import torch
 from helpers import make_queries, make_scenario, reference_logits, scale_edge_scenario
 
 from ds41_cache.backend import interpreter_active
-from ds41_cache.testing import triton_device
+from ds41_cache.testing import interpreter_only, triton_device
 from ds41_indexer import index_logits
 from ds41_indexer.ops.logits.naive import BF16_MAX, cast_logits
 
@@ -157,12 +157,14 @@ def test_bad_input() -> None:
 
 
 @pytest.mark.interpreter
+@interpreter_only
 @pytest.mark.parametrize("config", [(32, 3, 4, 1), (16, 1, 4, 2)])
 def test_triton_other_tiles(
     monkeypatch: pytest.MonkeyPatch, config: tuple[int, int, int, int]
 ) -> None:
-    """Other tile shapes (rows ending mid-program, one tile per program) score the same entries;
-    the default tile (the GPU's) runs in every other interpreter test. The Triton kernel is
+    """Other tile shapes (rows ending mid-program, one tile per program) score the same entries
+    under the interpreter; the default tile (the GPU's) runs in every other interpreter test.
+    Compiled, tiles of fewer than 64 keys are refused (`COMPILED_BLOCK_N`). The Triton kernel is
     called directly: on a GPU `index_logits` dispatches to the Gluon kernel, whose spans are
     the default tile's."""
     from ds41_indexer.ops.logits import triton_kernels
@@ -283,4 +285,20 @@ def test_upcast_is_refused_outside_the_interpreter(monkeypatch: pytest.MonkeyPat
         triton_kernels.paged_logits_triton(
             q, w, sc.cache, sc.block_table, req, pos, 1, out, upcast=True
         )
+    assert bool((out == 7.0).all())
+
+
+def test_narrow_tile_is_refused_when_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tile of fewer than COMPILED_BLOCK_N keys (wrong logits on the H200) is refused outside
+    the interpreter, naming TILE, before anything runs."""
+    from ds41_indexer.ops.logits import triton_kernels
+
+    monkeypatch.setattr(triton_kernels, "interpreter_active", lambda: False)
+    monkeypatch.setattr(triton_kernels, "TILE", (32, 3, 4, 1))
+    sc = make_scenario("mxfp4", [37, 80, 5], seed=26, device=DEV)
+    q, w = make_queries(7, 4, 32, seed=27, device=DEV)
+    req, pos = rows()
+    out = torch.full((7, 40), 7.0, device=DEV)
+    with pytest.raises(ValueError, match=r"TILE\[0\] \(keys per tile\) must be 64"):
+        triton_kernels.paged_logits_triton(q, w, sc.cache, sc.block_table, req, pos, 1, out)
     assert bool((out == 7.0).all())

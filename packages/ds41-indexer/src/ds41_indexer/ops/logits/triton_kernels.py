@@ -907,6 +907,12 @@ ahead (multi-buffered in shared memory) when a tile lies inside one page. One sh
 every device (the interpreter runs the GPU's tiles and head reduction tree) and for every row
 count."""
 
+COMPILED_BLOCK_N = 64
+"""The compiled kernel's keys per tile. Measured on the H200 (eleventh session): 32- and 16-key
+tiles give wrong logits on every row compiled (the interpreter's tests pass them), 64-key tiles
+with 1 or 16 tiles a program and 1 or 4 stages are right; the cause is not known, so other
+tiles are refused when compiled."""
+
 
 def paged_logits_triton(
     q: torch.Tensor,
@@ -936,11 +942,16 @@ def paged_logits_triton(
             "upcast=True is the Triton interpreter's fp32 path (TRITON_INTERPRET=1); compiled "
             "kernels take upcast=False"
         )
+    block_n, tiles, warps, stages = TILE
+    if block_n != COMPILED_BLOCK_N and not interpreter_active():
+        raise ValueError(
+            f"TILE[0] (keys per tile) must be {COMPILED_BLOCK_N} for the compiled kernel, got "
+            f"{block_n}; other tiles run under the Triton interpreter only"
+        )
     t = q.shape[0]
     n = out.shape[1]
     if t == 0 or n == 0:
         return out
-    block_n, tiles, warps, stages = TILE
     if gmax is not None and (block_n % GROUP.value or entry_base % GROUP.value):
         raise ValueError("gmax needs a tile and an entry base that are multiples of GROUP")
     # The grid's second dimension is capped at 65535 programs: very long rows go in pieces.
