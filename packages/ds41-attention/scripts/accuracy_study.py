@@ -24,7 +24,7 @@ tensor-core model bit for bit; and the decomposition with the GPU's own scores.
 
     PYTHONPATH=packages/ds41-cache/src:packages/ds41-attention/src \
         python packages/ds41-attention/scripts/accuracy_study.py [--rows 4] [--json F]
-    ... accuracy_study.py --lazy --rows 2   # the lazy rescale (gluon_lab10.py), emulated
+    ... accuracy_study.py --lazy --rows 2   # the lazy rescale (retired lab), emulated
     ... accuracy_study.py --gpu --rows 8          # on the device machine
     ... accuracy_study.py --analyze DIR/acc --json F   # here, on the files it returned
 """
@@ -128,10 +128,11 @@ def cpu_study(rows: int) -> dict:
 
 
 def lazy_study(rows: int) -> dict:
-    """The lazy rescale of `gluon_lab10.py` (thresholds t ln 2, t = 0 the eager max) in the
-    Gluon kernel's emulated arithmetic: relative error (norm) vs float64, the largest error /
-    bound (`error_bound(lazy_log=...)`), outputs outside it, lse error / bound; on the bench's
-    problem (`ds41_attention.bench.make_problem`, seed 1) and the adversarial ones."""
+    """The lazy rescale of the retired `gluon_lab10.py` (commit e51d281; thresholds t ln 2,
+    t = 0 the eager max) in the Gluon kernel's emulated arithmetic: relative error (norm) vs
+    float64, the largest error / bound (`error_bound(lazy_log=...)`), outputs outside it, lse
+    error / bound; on the bench's problem (`ds41_attention.bench.make_problem`, seed 1) and the
+    adversarial ones."""
     from ds41_attention.bench import FLASH, make_problem
     from ds41_attention.ops.sparse_attention.naive import reference_sparse_attention
 

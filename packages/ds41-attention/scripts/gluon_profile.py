@@ -15,8 +15,7 @@ the production kernel must give bitwise the outputs of the lab variant `pipe` (t
 non-persistent kernel, one program per item). `--sweep-rows` sets the tile sweep's row counts.
 `--split`: the fast (split) path's checks (planner split at T = 1, 8, 64; with `--check
 ...,split` also forced split counts 2, 7, 32 through `check`) and its times at small T against
-forced split counts, the invariant kernel and the Triton split path. `lab10[_<spec>]`: the tenth
-session's lab copy `gluon_lab10.py` (the lazy rescale with switches), `LAB10_SPECS`. `--hidden
+forced split counts, the invariant kernel and the Triton split path. `--hidden
 IMPLS` times those again with the host's launch latency hidden
 (`ds41_attention.bench.LAUNCH_HIDDEN`: a GPU busy wait ahead of each sample), rows and tile
 sweep, beside a graph of one empty kernel timed both ways. `--files NAME=PATH` adds a kernel
@@ -69,22 +68,6 @@ PROD_SPECS: dict[str, dict[str, int]] = {
     # ninth session's prologue fetches tiles 0 and 1 by hand and asserts NRAW == 2)
     "p120": {"PRODUCER_REGS": 120},  # consumer 0 gets 216 registers (128 / 208 since attn9)
     "p136": {"PRODUCER_REGS": 136},  # the split before attn9 (200 for consumer 0)
-}
-# the tenth session's lab copy (`lab10[_<spec>]`): production's kernel with a lazy rescale
-# (measured, not adopted), with switches: force = the rescale branch taken every tile (the
-# worst case: same outputs), l0 = production's eager rescale through the lab's code (its bits:
-# `--bits lab10_l0:gluon`; not timed), c1 = only consumer 1 skips, p16 = consumer 0's uniform
-# branch per 16 accumulator elements, t16 = threshold 16 ln 2
-LAB10 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab10.py")
-LAB10_SPECS: dict[str, dict[str, int]] = {
-    "": {},
-    "force": {"FORCE": 1},
-    "l0": {"LAZY": 0},
-    "c1": {"C0SKIP": 0},
-    "p16": {"PACK": 16},
-    "t16": {"LAZY_LOG": 11.090354888959125},  # 16 ln 2: P <= 2^16, fewer moves of the max
-    "w": {"WARP": 1},  # decided per warp (16 heads): vote.sync, no barrier (bits: lab10's)
-    "wt16": {"WARP": 1, "LAZY_LOG": 11.090354888959125},
 }
 TMP = tempfile.mkdtemp(prefix="gluon_lab_")
 
@@ -432,11 +415,6 @@ def main() -> None:
     for n in names:
         if n == "old":
             impls[n] = functools.partial(launch_prod_like, load_variant("old", a.old))
-        elif n == "lab10" or n.startswith("lab10_"):
-            spec10 = n[6:]
-            assert spec10 in LAB10_SPECS, n
-            impls[n] = functools.partial(launch_prod_like,
-                                         load_variant(n, LAB10, **LAB10_SPECS[spec10]))  # fmt: skip
         elif n.startswith("prod_"):
             impls[n] = functools.partial(launch_prod_like,
                                          load_variant(n, PROD, **PROD_SPECS[n[5:]]))  # fmt: skip
@@ -465,7 +443,7 @@ def main() -> None:
     rows = [int(r) for r in a.rows.split(",")]
     only = {n: [r for r in rows if r in (1, 4096)] for n in names if "drop" in n}
     # forced grids and split counts are there for the bitwise checks only
-    only |= {n: [] for n in names if re.search(r"_[gs]\d+$", n) or n == "lab10_l0"}
+    only |= {n: [] for n in names if re.search(r"_[gs]\d+$", n)}
     res = bench(impls, rows, only)
     swept = {n: impls[n] for n in a.sweep.split(",") if n in impls}
     sweep_rows = tuple(int(r) for r in a.sweep_rows.split(","))

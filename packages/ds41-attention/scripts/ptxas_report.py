@@ -5,7 +5,7 @@ geometry (mxfp8 window, nvfp4 compressed, D=512) with Triton's bundled ptxas and
 registers, spill bytes and shared memory:
 `python packages/ds41-attention/scripts/ptxas_report.py "64,64,8,1;64,32,8,1" [--gluon]
 [--split] [--sass DIR]`. Config fields: block_h, block_n, num_warps, num_stages. `--module PATH`
-compiles the Gluon kernel of a lab copy (e.g. scripts/gluon_lab10.py) instead. `--split`
+compiles the Gluon kernel of a lab copy (e.g. a lab file restored from history) instead. `--split`
 also compiles the Gluon kernel's split (fast-path) variant; `--sass DIR` writes each kernel's
 SASS there (nvdisasm), e.g. to diff two versions of a kernel (`scripts/sass_loops.py` counts
 each partition's loop); `--pairs 01,03,13` picks the (window, compressed) format pairs.

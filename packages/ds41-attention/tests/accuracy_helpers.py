@@ -177,7 +177,8 @@ def error_bound(
     units of sum_i |q_i kv_i| (default D * 2^-23, which covers fp32 round-to-nearest in any
     order and the Hopper tensor cores' truncating multi-term adds). lazy_log: the threshold
     of a lazy running max (a head's reference max moves only when a tile's max exceeds it by
-    more than lazy_log: `scripts/gluon_lab10.py`), 0 for the eager max every kernel uses.
+    more than lazy_log: the lab kernel `scripts/gluon_lab10.py`, retired, at commit e51d281), 0
+    for the eager max every kernel uses.
     Returns (ref f64 [T, H, D], out bound f64 [T, H, D], ref lse f64 [T, H], lse bound f64
     [T, H]); rows without a valid key get bound 0 (the output must be exactly 0 there).
 
@@ -366,7 +367,8 @@ def emulate(
     of P.V rounded to this dtype (None: not rounded). pv_tc: P.V by the tensor-core model
     (16 keys per step), else fp32 round-to-nearest per tile. lazy > 0: a lazy running max (a
     head's max moves to the tile's only when that exceeds it by more than `lazy`; the
-    rescale factor is 1 otherwise), as `scripts/gluon_lab10.py`.
+    rescale factor is 1 otherwise), as the retired lab kernel `scripts/gluon_lab10.py` (commit
+    e51d281).
     Returns (out before the bf16 rounding f64 [T, H, D], lse f64 [T, H]).
     """
     q, wc, ss, sl, cc, cs, cl, sink, scale = args

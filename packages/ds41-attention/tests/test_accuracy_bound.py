@@ -62,7 +62,7 @@ def test_tensor_core_emulation_within_bound(wfmt, cfmt, order, block_n):
 @pytest.mark.parametrize("lazy_t", [8, 16])
 @pytest.mark.parametrize("problem", ["mxfp8+nvfp4", "bf16+bf16", "realistic"])
 def test_lazy_rescale_emulation_within_bound(problem, lazy_t):
-    """The lazy running max of `scripts/gluon_lab10.py` (a head's max moves only past a
+    """The lazy running max of the retired lab kernel `scripts/gluon_lab10.py` (commit e51d281; a head's max moves only past a
     threshold of t ln 2, so P <= 2^t) in the Gluon kernel's emulated arithmetic: within the
     bound with its lazy term, and its outputs differ from the eager max's (the lazy path ran)."""
     import math
