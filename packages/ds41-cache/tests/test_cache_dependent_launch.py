@@ -15,7 +15,8 @@ def test_kernels_follow_the_dependent_launch_contract() -> None:
 
 def test_dependent_launch_off_where_it_cannot_run(monkeypatch) -> None:
     """CPU tensors, the interpreter and DS41_PDL=0 give ordinary launches ({"GDC": False});
-    on sm_90+ CUDA the kernel's GDC and the launch option come together."""
+    on sm_90+ CUDA the kernel's GDC and the launch option come together. The decision is
+    cached per device until `refresh()`."""
     import torch
 
     from ds41_cache.ops import launch
@@ -24,16 +25,25 @@ def test_dependent_launch_off_where_it_cannot_run(monkeypatch) -> None:
     monkeypatch.setattr(launch, "_capability", lambda index: (9, 0))
     monkeypatch.setattr(launch, "interpreter_active", lambda: False)
     cuda = torch.device("cuda", 0)
-    monkeypatch.setenv(launch.PDL_ENV, "1")
-    assert launch.dependent_launch(cuda) == {"GDC": True, "launch_pdl": True}
-    monkeypatch.setenv(launch.PDL_ENV, "0")
-    assert launch.dependent_launch(cuda) == {"GDC": False}
-    monkeypatch.setenv(launch.PDL_ENV, "1")
-    monkeypatch.setattr(launch, "_capability", lambda index: (8, 0))
-    assert launch.dependent_launch(cuda) == {"GDC": False}
-    monkeypatch.setattr(launch, "_capability", lambda index: (9, 0))
-    monkeypatch.setattr(launch, "interpreter_active", lambda: True)
-    assert launch.dependent_launch(cuda) == {"GDC": False}
+    try:
+        monkeypatch.setenv(launch.PDL_ENV, "1")
+        launch.refresh()
+        assert launch.dependent_launch(cuda) == {"GDC": True, "launch_pdl": True}
+        monkeypatch.setenv(launch.PDL_ENV, "0")
+        assert launch.dependent_launch(cuda) == {"GDC": True, "launch_pdl": True}  # cached
+        launch.refresh()
+        assert launch.dependent_launch(cuda) == {"GDC": False}
+        monkeypatch.setenv(launch.PDL_ENV, "1")
+        monkeypatch.setattr(launch, "_capability", lambda index: (8, 0))
+        launch.refresh()
+        assert launch.dependent_launch(cuda) == {"GDC": False}
+        monkeypatch.setattr(launch, "_capability", lambda index: (9, 0))
+        monkeypatch.setattr(launch, "interpreter_active", lambda: True)
+        launch.refresh()
+        assert launch.dependent_launch(cuda) == {"GDC": False}
+    finally:
+        monkeypatch.undo()
+        launch.refresh()
 
 
 def test_contract_check_finds_violations(tmp_path: Path) -> None:

@@ -413,7 +413,7 @@ def test_gpu_dependent_launch_same_bits(monkeypatch, mode):
     steps, eager and replayed from a CUDA graph, give the bits of ordinary launches
     (`DS41_PDL=0`), logits and cache bytes. A kernel that read its input before the previous
     one finished would differ (every step reads what the step before it wrote)."""
-    from ds41_cache.ops.launch import PDL_ENV, pdl_enabled
+    from ds41_cache.ops.launch import PDL_ENV, pdl_enabled, refresh
 
     dev = torch.device("cuda")
     cfg = ModelConfig.preset("flash_mini")
@@ -424,6 +424,7 @@ def test_gpu_dependent_launch_same_bits(monkeypatch, mode):
 
     def run(pdl: str):
         monkeypatch.setenv(PDL_ENV, pdl)
+        refresh()
         kv = KVState(
             cfg, kv_dtype="nvfp4_ds_mla", max_requests=4, max_tokens_per_request=320,
             num_pages=32, page_size=64, device=dev,
@@ -454,11 +455,15 @@ def test_gpu_dependent_launch_same_bits(monkeypatch, mode):
         torch.cuda.synchronize()
         return outs, kv.request_bytes(2, 306)
 
-    if torch.cuda.get_device_capability(dev) >= (9, 0):
-        monkeypatch.setenv(PDL_ENV, "1")
-        assert pdl_enabled(dev)
-    with_pdl, bytes_pdl = run("1")
-    plain, bytes_plain = run("0")
+    try:
+        with_pdl, bytes_pdl = run("1")
+        if torch.cuda.get_device_capability(dev) >= (9, 0):
+            assert pdl_enabled(dev)
+        plain, bytes_plain = run("0")
+        assert not pdl_enabled(dev)
+    finally:
+        monkeypatch.undo()
+        refresh()
     for a, b in zip(with_pdl, plain, strict=True):
         assert torch.equal(a, b)
     for k in bytes_plain:

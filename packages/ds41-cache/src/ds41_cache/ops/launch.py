@@ -22,8 +22,9 @@ without PDL (torch ops, cuBLAS, the Gluon kernels) are ordinary stream-ordered l
 them. Nothing in the arithmetic changes: same bits with and without.
 
 Off under the Triton interpreter (no `griddepcontrol` there), on CPU tensors, below sm_90, and
-when the environment sets `DS41_PDL=0` (a comparison baseline and an escape hatch; read at each
-launch, so it applies from the next launch on).
+when the environment sets `DS41_PDL=0` (a comparison baseline and an escape hatch). The decision
+is taken once per device and cached (reading the environment costs ~1 us, paid at every launch
+of an eager step otherwise); after changing `DS41_PDL` in a running process, call `refresh()`.
 """
 
 from __future__ import annotations
@@ -55,18 +56,31 @@ def enter_dependent(GDC: tl.constexpr):
 
 
 @functools.cache
+def _enabled(device_type: str, index: int | None) -> bool:
+    if device_type != "cuda" or interpreter_active():
+        return False
+    if os.environ.get(PDL_ENV, "1").strip() == "0":
+        return False
+    assert index is not None
+    return _capability(index) >= PDL_MIN_CAPABILITY
+
+
 def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+def refresh() -> None:
+    """Forget the cached decisions: the next launch reads `DS41_PDL` (and the interpreter flag)
+    again."""
+    _enabled.cache_clear()
+
+
 def pdl_enabled(device: torch.device) -> bool:
     """Whether launches on `device` use programmatic dependent launch (see the module doc)."""
-    if device.type != "cuda" or interpreter_active():
-        return False
-    if os.environ.get(PDL_ENV, "1").strip() == "0":
-        return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _capability(index) >= PDL_MIN_CAPABILITY
+    index = device.index
+    if device.type == "cuda" and index is None:
+        index = torch.cuda.current_device()
+    return _enabled(device.type, index)
 
 
 def dependent_launch(device: torch.device) -> dict[str, bool]:
