@@ -229,7 +229,10 @@ def test_matmul_bench_smoke(monkeypatch, capsys):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["wq_a", "wo_a (grouped)", "wo_b", "lm_head", "wq_b"])
+@pytest.mark.parametrize(
+    "name",
+    ["wq_a + wkv", "w1 + w3", "wkv_c + wgate_c", "wo_a (grouped)", "wo_b", "lm_head", "wq_b"],
+)
 def test_gpu_flash_mini_shapes_split_and_rows_bitwise(name):
     from ds41_runner.matmul_bench import check, flash_mini_shapes
     from ds41_runner.model import ModelConfig

@@ -73,27 +73,30 @@ class Row:
 
 
 def flash_mini_shapes(cfg: ModelConfig) -> list[Shape]:
-    """The weights a step of `cfg` multiplies by (SPEC section 1 roles), with their uses."""
+    """The weights a step of `cfg` multiplies by (SPEC section 1 roles), with their uses: one
+    entry per launch, so the projections that share an input are one concatenated weight
+    (`model.weights.LayerWeights`: `wq_a + wkv`, `w1 + w3`, `wkv_c + wgate_c`)."""
     hd = cfg.heads * cfg.head_dim
     plans = cfg.plans
     kv_src = [p for p in plans if p.is_kv_source]
     idx_src = sum(p.is_index_source for p in plans)
     every = cfg.n_layers
-    # wkv in every layer; the compressor's wkv_c (+ wgate_c at ratio 2) in each kv source.
-    latent_uses = every + sum(2 if p.ratio == 2 else 1 for p in kv_src)
-    return [
-        Shape("wq_a", 1, cfg.q_lora_rank, cfg.hidden, every),
+    d = cfg.head_dim
+    shapes = [
+        Shape("wq_a + wkv", 1, cfg.q_lora_rank + d, cfg.hidden, every),
         Shape("wq_b", 1, hd, cfg.q_lora_rank, every),
-        Shape("wkv / wkv_c / wgate_c", 1, cfg.head_dim, cfg.hidden, latent_uses),
+        Shape("wkv_c", 1, d, cfg.hidden, sum(p.ratio == 1 for p in kv_src)),
+        Shape("wkv_c + wgate_c", 1, 2 * d, cfg.hidden, sum(p.ratio == 2 for p in kv_src)),
         Shape("wo_a (grouped)", cfg.o_groups, cfg.o_lora_rank, hd // cfg.o_groups, every),
         Shape("wo_b", 1, cfg.hidden, cfg.o_groups * cfg.o_lora_rank, every),
-        Shape("w1 / w3", 1, cfg.mlp_hidden, cfg.hidden, 2 * every),
+        Shape("w1 + w3", 1, 2 * cfg.mlp_hidden, cfg.hidden, every),
         Shape("w2", 1, cfg.hidden, cfg.mlp_hidden, every),
         Shape("wq_b_idx", 1, cfg.index_heads * cfg.index_head_dim, cfg.q_lora_rank, idx_src),
         Shape("wk_idx", 1, cfg.index_head_dim, cfg.head_dim, len(kv_src)),
         Shape("weights_proj", 1, cfg.index_heads, cfg.hidden, idx_src),
         Shape("lm_head", 1, cfg.vocab_size, cfg.hidden, 1),
     ]
+    return [s for s in shapes if s.uses > 0]
 
 
 def _operands(s: Shape, m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

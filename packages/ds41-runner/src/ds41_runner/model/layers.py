@@ -114,10 +114,14 @@ def attention_block(
     cos, sin = ctx.cos_sin(min(plan.ratio, 1), freqs)
     ps = kv.page_size
 
-    qr = rt.norm(rt.lin(x, lw.wq_a), lw.q_norm, eps)
+    # `wq_a` and `wkv` read the same `x`: one launch over their concatenation (a row's
+    # columns are a function of that row alone), each norm reading its columns in place.
+    q_lora = lw.q_norm.shape[0]
+    qkv = rt.lin(x, lw.wq_a_kv)
+    qr = rt.norm(qkv[:, :q_lora], lw.q_norm, eps)
     # The projection's fresh output is rotated in place (bitwise `apply_rope`).
     q = rope_inplace(rt.lin(qr, lw.wq_b).view(t, h, d), cos, sin, backend=rt.backend)
-    latent_kv = rt.norm(rt.lin(x, lw.wkv), lw.kv_norm, eps)
+    latent_kv = rt.norm(qkv[:, q_lora:], lw.kv_norm, eps)
     insert(
         kv.window[layer], latent_kv, ctx.window_slots, positions=ctx.pos, freqs=freqs,
         rope_tables=(cos, sin), validate=ctx.validate,
@@ -181,13 +185,17 @@ def _compress(
     kv = ctx.kv
     m = plan.ratio
     layer = plan.layer
-    assert lw.wkv_c is not None and lw.c_norm is not None
+    assert lw.wkv_gate_c is not None and lw.c_norm is not None
     assert lw.wk_idx is not None and lw.k_norm is not None
-    kv_c = rt.lin(x, lw.wkv_c, fp32=True, out_dtype=torch.float32)
+    # `wkv_c` (and `wgate_c` at ratio 2) in one launch; the compressor reads the two column
+    # ranges in place (row strides).
+    kvg = rt.lin(x, lw.wkv_gate_c, fp32=True, out_dtype=torch.float32)
+    dim = lw.c_norm.shape[0]
+    kv_c = kvg[:, :dim]
     score = None
     if m == 2:
-        assert lw.wgate_c is not None
-        score = rt.lin(x, lw.wgate_c, fp32=True, out_dtype=torch.float32)
+        assert kvg.shape[1] == 2 * dim
+        score = kvg[:, dim:]
     latent, emit, entry = rt.compressor(
         kv.compressors[layer], kv_c, score, ctx.req_idx, ctx.pos, lw.c_norm, cfg.rms_norm_eps,
         validate=ctx.validate, backend=rt.backend,
@@ -279,7 +287,10 @@ def _candidate_mask(
 
 
 def mlp_block(lw: LayerWeights, x: torch.Tensor, rt: Runtime) -> torch.Tensor:
-    """SwiGLU: `w2(silu(w1 x) * w3 x)`, bf16 in and out; the gate is `ops.swiglu`'s (silu in
-    float64, one launch on the Triton backend)."""
-    gate = swiglu_gate(rt.lin(x, lw.w1), rt.lin(x, lw.w3), backend=rt.backend)
+    """SwiGLU: `w2(silu(w1 x) * w3 x)`, bf16 in and out; `w1 x` and `w3 x` in one launch
+    over `w13` (a tensor-parallel rank: its halves of both), the gate (`ops.swiglu`: silu in
+    float64, one launch on the Triton backend) reading the two column halves in place."""
+    ab = rt.lin(x, lw.w13)
+    f = ab.shape[1] // 2
+    gate = swiglu_gate(ab[:, :f], ab[:, f:], backend=rt.backend)
     return rt.lin(gate, lw.w2)

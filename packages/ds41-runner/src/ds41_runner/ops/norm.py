@@ -32,7 +32,10 @@ def rmsnorm(
     out = empty(tuple(x.shape), out_dtype, x.device)
     if x.shape[0] == 0:
         return out
-    return launch_rmsnorm(x.contiguous(), weight.contiguous(), eps, out, interpreter_active())
+    # The kernel takes a row stride: a column range of a wider projection (the attention's
+    # fused `wq_a_kv` output) is read in place; only a non-unit column stride is copied.
+    x = x if x.stride(1) == 1 else x.contiguous()
+    return launch_rmsnorm(x, weight.contiguous(), eps, out, interpreter_active())
 
 
 def residual_rmsnorm(

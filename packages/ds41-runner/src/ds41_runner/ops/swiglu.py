@@ -11,7 +11,8 @@ from .elementwise.naive import swiglu_gate_torch
 
 
 def swiglu_gate(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
-    """`a = w1 x`, `b = w3 x`: bf16 `[M, F]` each -> bf16 `[M, F]`, the input of `w2`.
+    """`a = w1 x`, `b = w3 x`: bf16 `[M, F]` each (any row stride) -> bf16 `[M, F]`, the
+    input of `w2`.
 
     silu in float64 rounded to fp32 (`elementwise.naive.swiglu_gate_torch` says why), times
     `b` in fp32, rounded to bf16. One Triton launch on the Triton backend, six torch ops
@@ -29,4 +30,8 @@ def swiglu_gate(a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto") -> t
     from .elementwise.triton_kernels import launch_swiglu_gate
 
     out = empty(tuple(a.shape), torch.bfloat16, a.device)
-    return launch_swiglu_gate(a.contiguous(), b.contiguous(), out)
+    # Row strides are the kernel's (the MLP passes the two halves of its fused `w13` output
+    # in place); only a non-unit column stride needs a copy.
+    a = a if a.stride(1) == 1 else a.contiguous()
+    b = b if b.stride(1) == 1 else b.contiguous()
+    return launch_swiglu_gate(a, b, out)

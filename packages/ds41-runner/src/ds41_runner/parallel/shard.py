@@ -7,10 +7,14 @@ The split (rank r of `tp`; every split is contiguous, in rank order):
 | `wq_b` `[H*D, q_lora]`, `sink` `[H]` | heads (H/tp each) | column-parallel |
 | `wo_a` `[G, o_lora, H*D/G]` | groups (G/tp each: the rank's heads) | group-parallel |
 | `wo_b` `[hidden, G*o_lora]` | K (the rank's groups) | row-parallel |
-| `w1`, `w3` `[mlp, hidden]` | rows | column-parallel |
+| `w13` `[2 * mlp, hidden]` (`w1` then `w3`) | rows of each half | column-parallel |
 | `w2` `[hidden, mlp]` | K | row-parallel |
 | `embed`, `lm_head` `[V, hidden]` | vocabulary rows | gathered lookup / column-parallel |
-| the rest: `wq_a`, `wkv`, norms, compressor, index keys/queries, head weights | replicated | |
+| the rest: `wq_a_kv`, norms, `wkv_gate_c`, index keys/queries, head weights | replicated | |
+
+The fused `w13` is split per half: rank r holds rows `[r * F/tp, (r+1) * F/tp)` of `w1` then
+the same rows of `w3` (`[2F/tp, hidden]`), so its one launch gives `[a_r | b_r]`, the gate's
+two inputs for the rank's channels of `w2`'s K, with the full `[2F, hidden]` weight's plan.
 
 A column (or group) shard is multiplied with the FULL weight's plan (`plan_shape`), so its
 columns get the single-process bits. A row-parallel shard holds whole K segments of the full
@@ -39,7 +43,7 @@ class ShardSpec:
     """(n, k, groups) of the full weight: its plan fixes the K segments."""
 
 
-SPLIT_LAYER_WEIGHTS = ("wq_b", "sink", "wo_a", "wo_b", "w1", "w3", "w2")
+SPLIT_LAYER_WEIGHTS = ("wq_b", "sink", "wo_a", "wo_b", "w13", "w2")
 
 
 def _rows(t: torch.Tensor, rank: int, tp: int) -> torch.Tensor:
@@ -83,11 +87,10 @@ def shard_weights(
             _cols(lw.wo_b, rank, tp),
             ShardSpec("row", (cfg.hidden, cfg.o_groups * cfg.o_lora_rank, 1)),
         )
-        for name in ("w1", "w3"):
-            kw[name] = put(
-                _rows(getattr(lw, name), rank, tp),
-                ShardSpec("col", (cfg.mlp_hidden, cfg.hidden, 1)),
-            )
+        kw["w13"] = put(
+            torch.cat([_rows(lw.w1, rank, tp), _rows(lw.w3, rank, tp)]),
+            ShardSpec("col", (2 * cfg.mlp_hidden, cfg.hidden, 1)),
+        )
         kw["w2"] = put(_cols(lw.w2, rank, tp), ShardSpec("row", (cfg.hidden, cfg.mlp_hidden, 1)))
         layers.append(LayerWeights(**kw))  # type: ignore[arg-type]
     embed = put(_rows(full.embed, rank, tp))

@@ -18,23 +18,31 @@ SWIGLU_BLOCK = 1024
 
 
 @triton.jit
-def swiglu_gate_kernel(a_ptr, b_ptr, out_ptr, N, BLOCK: tl.constexpr, GDC: tl.constexpr = False):
+def swiglu_gate_kernel(
+    a_ptr, b_ptr, out_ptr, F, stride_a, stride_b, stride_o, BLOCK: tl.constexpr,
+    GDC: tl.constexpr = False,
+):  # fmt: skip
+    """Program (row, column block): elementwise, so the bits do not depend on the layout."""
     enter_dependent(GDC)
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < N
-    a = bf16_bits_to_f32(tl.load(a_ptr + offs, mask=ok, other=0)).to(tl.float64)
-    b = bf16_bits_to_f32(tl.load(b_ptr + offs, mask=ok, other=0))
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < F
+    a = bf16_bits_to_f32(tl.load(a_ptr + row * stride_a + cols, mask=ok, other=0)).to(tl.float64)
+    b = bf16_bits_to_f32(tl.load(b_ptr + row * stride_b + cols, mask=ok, other=0))
     # silu as torch evaluates it for float64: x / (1 + exp(-x)), then one rounding to fp32
     gate = (a / (1.0 + tl.exp(-a))).to(tl.float32)
-    tl.store(out_ptr + offs, f32_to_bf16_store_bits(gate * b), mask=ok)
+    tl.store(out_ptr + row * stride_o + cols, f32_to_bf16_store_bits(gate * b), mask=ok)
 
 
 def launch_swiglu_gate(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """`a`, `b`, `out`: bf16 `[M, F]`, contiguous."""
-    n = a.numel()
-    swiglu_gate_kernel[(triton.cdiv(n, SWIGLU_BLOCK),)](
-        a.view(torch.int16), b.view(torch.int16), out.view(torch.int16), n,
-        BLOCK=SWIGLU_BLOCK, num_warps=4, enable_fp_fusion=False,
+    """`a`, `b`, `out`: bf16 `[M, F]` with unit column stride, any row stride (`a` and `b`
+    may be the two column halves of one `[M, 2F]` projection)."""
+    m, f = a.shape
+    block = min(SWIGLU_BLOCK, triton.next_power_of_2(f))
+    swiglu_gate_kernel[(m, triton.cdiv(f, block))](
+        a.view(torch.int16), b.view(torch.int16), out.view(torch.int16), f,
+        a.stride(0), b.stride(0), out.stride(0),
+        BLOCK=block, num_warps=4, enable_fp_fusion=False,
         **dependent_launch(a.device),
     )  # fmt: skip
     return out
