@@ -48,7 +48,7 @@ def test_dependent_launch_off_where_it_cannot_run(monkeypatch) -> None:
 
 def test_contract_check_finds_violations(tmp_path: Path) -> None:
     """The source check can fail: a kernel that reads before waiting, a GDC without a False
-    default, and a launch of a kernel without GDC."""
+    default, a launch of a kernel without GDC, and a Gluon kernel entered the Triton way."""
     (tmp_path / "k.py").write_text(
         "import triton\n"
         "@triton.jit\n"
@@ -63,7 +63,14 @@ def test_contract_check_finds_violations(tmp_path: Path) -> None:
         "    pass\n"
         "def launch(x):\n"
         "    plain[(1,)](x, **dependent_launch(x.device))\n"
+        "@gluon.jit\n"
+        "def triton_entry(x, GDC: gl.constexpr = False):\n"
+        "    enter_dependent(GDC)\n"
+        "@gluon.jit\n"
+        "def gluon_ok(x, GDC: gl.constexpr = False):\n"
+        "    gluon_enter_dependent(GDC)\n"
     )
     kernels, bad = dependent_launch_sites(tmp_path)
-    assert kernels == ["k.py:late", "k.py:nodefault"]
-    assert len(bad) == 3
+    assert kernels == ["k.py:late", "k.py:nodefault", "k.py:triton_entry", "k.py:gluon_ok"]
+    assert len(bad) == 4
+    assert "k.py:triton_entry: first statement must be gluon_enter_dependent(GDC)" in bad

@@ -69,9 +69,10 @@ Evaluated at import: the conftests set TRITON_INTERPRET before importing this mo
 def dependent_launch_sites(src: Path) -> tuple[list[str], list[str]]:
     """Check `ds41_cache.ops.launch`'s contract in every module under `src` (source only, no
     import): a `@triton.jit` kernel with a `GDC` parameter defaults it to False and calls
-    `enter_dependent(GDC)` as its first statement (after the docstring); a launch that passes
-    `**dependent_launch(...)` launches such a kernel of its own module. Returns (the kernels
-    with `GDC`, as `file:kernel`; the contract's violations, empty when it holds)."""
+    `enter_dependent(GDC)` (`gluon_enter_dependent(GDC)` for a `@gluon.jit` kernel) as its
+    first statement (after the docstring); a launch that passes `**dependent_launch(...)`
+    launches such a kernel of its own module. Returns (the kernels with `GDC`, as
+    `file:kernel`; the contract's violations, empty when it holds)."""
     kernels: list[str] = []
     bad: list[str] = []
     for path in sorted(src.rglob("*.py")):
@@ -82,7 +83,9 @@ def dependent_launch_sites(src: Path) -> tuple[list[str], list[str]]:
             if not isinstance(fn, ast.FunctionDef):
                 continue
             args = fn.args.args + fn.args.kwonlyargs
-            if fn.name == "enter_dependent" or not any(a.arg == "GDC" for a in args):
+            if fn.name in ("enter_dependent", "gluon_enter_dependent") or not any(
+                a.arg == "GDC" for a in args
+            ):
                 continue
             gdc.add(fn.name)
             kernels.append(f"{name}:{fn.name}")
@@ -95,15 +98,17 @@ def dependent_launch_sites(src: Path) -> tuple[list[str], list[str]]:
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 body = body[1:]
             first = body[0] if body else None
+            gluon = any(ast.unparse(d) == "gluon.jit" for d in fn.decorator_list)
+            enter = "gluon_enter_dependent" if gluon else "enter_dependent"
             ok = (
                 isinstance(first, ast.Expr)
                 and isinstance(first.value, ast.Call)
                 and isinstance(first.value.func, ast.Name)
-                and first.value.func.id == "enter_dependent"
+                and first.value.func.id == enter
                 and [ast.unparse(a) for a in first.value.args] == ["GDC"]
             )
             if not ok:
-                bad.append(f"{name}:{fn.name}: first statement must be enter_dependent(GDC)")
+                bad.append(f"{name}:{fn.name}: first statement must be {enter}(GDC)")
         for call in ast.walk(tree):
             if not isinstance(call, ast.Call):
                 continue

@@ -17,9 +17,10 @@ The contract, for every kernel that takes part:
   `griddepcontrol.launch_dependents` (the next launch may be placed now; its programs wait in
   their own `enter_dependent`).
 A kernel that waits only after its predecessor has finished keeps the stream's order by
-induction: the kernel after it waits for it, and it ended after everything before it. Kernels
-without PDL (torch ops, cuBLAS, the Gluon kernels) are ordinary stream-ordered launches around
-them. Nothing in the arithmetic changes: same bits with and without.
+induction: the kernel after it waits for it, and it ended after everything before it. A Gluon
+kernel takes part the same way with `gluon_enter_dependent(GDC)` (the attention kernel).
+Kernels without PDL (torch ops, cuBLAS, the indexer's Gluon logits kernel) are ordinary
+stream-ordered launches around them. Nothing in the arithmetic changes: same bits with and without.
 
 Off under the Triton interpreter (no `griddepcontrol` there), on CPU tensors, below sm_90, and
 when the environment sets `DS41_PDL=0` (a comparison baseline and an escape hatch). The decision
@@ -35,6 +36,8 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ..backend import interpreter_active
@@ -53,6 +56,25 @@ def enter_dependent(GDC: tl.constexpr):
     if GDC:
         gdc_wait()
         gdc_launch_dependents()
+
+
+@gluon.jit
+def gluon_enter_dependent(GDC: gl.constexpr):
+    # `enter_dependent` for a Gluon kernel (same PTX; Gluon has no `gdc_*` builtins). As its
+    # first statement, before the partitions of a warp-specialized kernel start: they start
+    # after the default warps have passed it, so none of them reads before the wait either.
+    if GDC:
+        gl.inline_asm_elementwise(
+            "griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+        )
+        gl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; // dummy $0",
+            "=r",
+            [],
+            dtype=gl.int32,
+            is_pure=False,
+            pack=1,
+        )
 
 
 @functools.cache

@@ -46,6 +46,11 @@ conversions), except for the e4m3 NaN codes, which no cache holds. Measured: 1-3
 per tile than the conversions (the producer is bound by its dependent chains more than by
 issue); 32 keys per step instead of 16 another 3-5%.
 
+Programmatic dependent launch (`ds41_cache.ops.launch`, constexpr GDC): the first statement
+waits for the previous kernel of the stream and lets the next launch be placed; the default
+warps execute it before `warp_specialize` starts the other partitions, so no partition reads
+global memory before the wait.
+
 Only D = 512 (the V4.1 geometry) is supported; the Triton kernel serves every other shape.
 `packages/ds41-attention/scripts/gluon_lab.py` is a copy with profiling switches (stage
 drops, stage counts) for A/B runs; the previous kernel is `scripts/gluon_v1.py` at commit
@@ -61,6 +66,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+
+from ds41_cache.ops.launch import gluon_enter_dependent
 
 GLUON_D = 512
 GLUON_BLOCK_H = 64
@@ -729,8 +736,9 @@ def _gluon_sparse_attn_kernel(
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # bf16 out
     H,
     part_o_ptr, part_ml_ptr, num_splits,  # SPLIT: fp32 [T, H, splits, D], [T, H, splits, 2]
-    W_FMT: gl.constexpr, C_FMT: gl.constexpr, SPLIT: gl.constexpr,
+    W_FMT: gl.constexpr, C_FMT: gl.constexpr, SPLIT: gl.constexpr, GDC: gl.constexpr = False,
 ):  # fmt: skip
+    gluon_enter_dependent(GDC)
     KS: gl.constexpr = _kstages(W_FMT, C_FMT)
     RW: gl.constexpr = _raw_words(W_FMT, C_FMT)
     plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])

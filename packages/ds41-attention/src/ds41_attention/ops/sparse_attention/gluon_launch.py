@@ -10,6 +10,7 @@ import torch
 import triton
 
 from ds41_cache import PagedCache, empty
+from ds41_cache.ops.launch import dependent_launch
 
 from .launch import FMT_NONE, KvFormat
 from .triton_kernels import _combine_kernel
@@ -158,9 +159,10 @@ def launch_gluon_sparse_attention(
     """
     from .gluon_kernels import GLUON_MAXNREG, _gluon_sparse_attn_kernel
 
+    options = {"maxnreg": GLUON_MAXNREG, **dependent_launch(q.device)}
     return launch_with(
-        _gluon_sparse_attn_kernel, {"maxnreg": GLUON_MAXNREG}, q, window_cache, swa_slots,
-        swa_lens, comp_cache, comp_slots, comp_lens, sink, scale,
+        _gluon_sparse_attn_kernel, options, q, window_cache, swa_slots, swa_lens, comp_cache,
+        comp_slots, comp_lens, sink, scale,
     )  # fmt: skip
 
 
@@ -201,7 +203,8 @@ def launch_gluon_fast(
         splits = plan_gluon_splits(t_rows, -(-h // GLUON_BLOCK_H), max_tiles, sms)
     if not 1 <= splits <= GLUON_MAX_SPLITS:
         raise ValueError(f"splits must lie in [1, {GLUON_MAX_SPLITS}], got {splits}")
+    options = {"maxnreg": GLUON_MAXNREG, **dependent_launch(q.device)}
     return launch_with(
-        _gluon_sparse_attn_kernel, {"maxnreg": GLUON_MAXNREG}, q, window_cache, swa_slots,
-        swa_lens, comp_cache, comp_slots, comp_lens, sink, scale, splits=splits,
+        _gluon_sparse_attn_kernel, options, q, window_cache, swa_slots, swa_lens, comp_cache,
+        comp_slots, comp_lens, sink, scale, splits=splits,
     )  # fmt: skip
