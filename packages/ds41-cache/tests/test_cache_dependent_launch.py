@@ -48,7 +48,8 @@ def test_dependent_launch_off_where_it_cannot_run(monkeypatch) -> None:
 
 def test_contract_check_finds_violations(tmp_path: Path) -> None:
     """The source check can fail: a kernel that reads before waiting, a GDC without a False
-    default, a launch of a kernel without GDC, and a Gluon kernel entered the Triton way."""
+    default, a launch of a kernel without GDC (also from another module), and a Gluon kernel entered
+    the Triton way."""
     (tmp_path / "k.py").write_text(
         "import triton\n"
         "@triton.jit\n"
@@ -70,7 +71,13 @@ def test_contract_check_finds_violations(tmp_path: Path) -> None:
         "def gluon_ok(x, GDC: gl.constexpr = False):\n"
         "    gluon_enter_dependent(GDC)\n"
     )
+    (tmp_path / "l.py").write_text(
+        "def launch(x):\n"
+        "    k.gluon_ok[(1,)](x, **dependent_launch(x.device))\n"
+        "    k.plain[(1,)](x, **dependent_launch(x.device))\n"
+    )
     kernels, bad = dependent_launch_sites(tmp_path)
     assert kernels == ["k.py:late", "k.py:nodefault", "k.py:triton_entry", "k.py:gluon_ok"]
-    assert len(bad) == 4
+    assert len(bad) == 5
+    assert "l.py:3: dependent_launch for 'plain', no GDC" in bad
     assert "k.py:triton_entry: first statement must be gluon_enter_dependent(GDC)" in bad

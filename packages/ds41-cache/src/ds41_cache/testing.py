@@ -68,24 +68,26 @@ Evaluated at import: the conftests set TRITON_INTERPRET before importing this mo
 
 def dependent_launch_sites(src: Path) -> tuple[list[str], list[str]]:
     """Check `ds41_cache.ops.launch`'s contract in every module under `src` (source only, no
-    import): a `@triton.jit` kernel with a `GDC` parameter defaults it to False and calls
-    `enter_dependent(GDC)` (`gluon_enter_dependent(GDC)` for a `@gluon.jit` kernel) as its
-    first statement (after the docstring); a launch that passes `**dependent_launch(...)`
-    launches such a kernel of its own module. Returns (the kernels with `GDC`, as
-    `file:kernel`; the contract's violations, empty when it holds)."""
+    import): a kernel with a `GDC` parameter defaults it to False and calls
+    `enter_dependent(GDC)` (`@triton.jit`) or `gluon_enter_dependent(GDC)` (`@gluon.jit`) as
+    its first statement (after the docstring); a launch `kernel[grid](...)` or
+    `module.kernel[grid](...)` that passes `**dependent_launch(...)` launches such a kernel of
+    the same package. Returns (the kernels with `GDC`, as `file:kernel`; the contract's
+    violations, empty when it holds)."""
     kernels: list[str] = []
     bad: list[str] = []
-    for path in sorted(src.rglob("*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        name = path.relative_to(src).as_posix()
-        gdc: set[str] = set()
+    trees = {
+        path.relative_to(src).as_posix(): ast.parse(path.read_text(), filename=str(path))
+        for path in sorted(src.rglob("*.py"))
+    }
+    gdc: set[str] = set()
+    for name, tree in trees.items():
         for fn in ast.walk(tree):
             if not isinstance(fn, ast.FunctionDef):
                 continue
             args = fn.args.args + fn.args.kwonlyargs
-            if fn.name in ("enter_dependent", "gluon_enter_dependent") or not any(
-                a.arg == "GDC" for a in args
-            ):
+            entry = fn.name in ("enter_dependent", "gluon_enter_dependent")
+            if entry or not any(a.arg == "GDC" for a in args):
                 continue
             gdc.add(fn.name)
             kernels.append(f"{name}:{fn.name}")
@@ -109,6 +111,7 @@ def dependent_launch_sites(src: Path) -> tuple[list[str], list[str]]:
             )
             if not ok:
                 bad.append(f"{name}:{fn.name}: first statement must be {enter}(GDC)")
+    for name, tree in trees.items():
         for call in ast.walk(tree):
             if not isinstance(call, ast.Call):
                 continue
@@ -121,10 +124,12 @@ def dependent_launch_sites(src: Path) -> tuple[list[str], list[str]]:
             )
             if not pdl:
                 continue
-            target = call.func
+            target = call.func.value if isinstance(call.func, ast.Subscript) else None
             launched = (
-                target.value.id
-                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+                target.id
+                if isinstance(target, ast.Name)
+                else target.attr
+                if isinstance(target, ast.Attribute)
                 else None
             )
             if launched not in gdc:

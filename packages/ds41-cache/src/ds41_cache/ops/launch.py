@@ -18,9 +18,9 @@ The contract, for every kernel that takes part:
   their own `enter_dependent`).
 A kernel that waits only after its predecessor has finished keeps the stream's order by
 induction: the kernel after it waits for it, and it ended after everything before it. A Gluon
-kernel takes part the same way with `gluon_enter_dependent(GDC)` (the attention kernel).
-Kernels without PDL (torch ops, cuBLAS, the indexer's Gluon logits kernel) are ordinary
-stream-ordered launches around them. Nothing in the arithmetic changes: same bits with and without.
+kernel takes part the same way with `gluon_enter_dependent(GDC)` (the attention kernel, the
+indexer's logits kernel). Kernels without PDL (torch ops, cuBLAS) are ordinary stream-ordered
+launches around them. Nothing in the arithmetic changes: same bits with and without.
 
 Off under the Triton interpreter (no `griddepcontrol` there), on CPU tensors, below sm_90, and
 when the environment sets `DS41_PDL=0` (a comparison baseline and an escape hatch). The decision

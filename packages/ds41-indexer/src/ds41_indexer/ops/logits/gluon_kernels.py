@@ -51,6 +51,10 @@ runs with 104), so one program's waits are covered by the others' work; with two
 (the consumers run with 88 and 80), which lowers the latency of a grid of few programs (one
 row). Measured on the H200: BENCHMARKS.md, issue 12, sixth, seventh and ninth rounds; the
 factors in the producer: the package README, tenth session (256 x 1M: 9.32 -> 8.10 ms).
+
+Programmatic dependent launch (`ds41_cache.ops.launch`, constexpr GDC): the first statement
+waits for the previous kernel of the stream and lets the next launch be placed, in the default
+warps before `warp_specialize` starts the other partitions.
 """
 
 from triton.experimental import gluon
@@ -62,6 +66,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+
+from ds41_cache.ops.launch import gluon_enter_dependent
 
 GLUON_BLOCK_N = 64
 GLUON_SPAN = 16  # tiles per fast/general decision (the Triton kernel's TILES)
@@ -553,8 +559,9 @@ def _gluon_logits_kernel(
     done_stride_t, done_cols,
     HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr,
     OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr,
-    NC: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    NC: gl.constexpr, CONSUMER_REGS: gl.constexpr, GDC: gl.constexpr = False,
 ):  # fmt: skip
+    gluon_enter_dependent(GDC)
     plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, DI // 2], gl.float16)
     data_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, ROW_WORDS],

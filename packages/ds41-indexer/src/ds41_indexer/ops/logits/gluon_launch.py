@@ -19,6 +19,7 @@ import functools
 import torch
 
 from ds41_cache.backend import interpreter_active
+from ds41_cache.ops.launch import dependent_launch
 from ds41_cache.paged import PagedCache
 
 from .triton_kernels import MAX_GRID_Y, TILE, paged_logits_triton
@@ -179,6 +180,6 @@ def launch_gluon_logits(
         HAS_CAND=candidates is not None, OUT_BF16=out.dtype == torch.bfloat16,
         HAS_GMAX=gmax is not None, STAGES=gk.GLUON_STAGES, TILES=prog_tiles, NC=consumers,
         CONSUMER_REGS=gk.GLUON_CONSUMER_REGS,
-        num_warps=gk.GLUON_NUM_WARPS, maxnreg=gk.GLUON_MAXNREG,
+        num_warps=gk.GLUON_NUM_WARPS, maxnreg=gk.GLUON_MAXNREG, **dependent_launch(q.device),
     )  # fmt: skip
     return done
