@@ -94,6 +94,65 @@ def test_gpu_million_entry_rows() -> None:
     assert torch.equal(one, got[1:2])
 
 
+def test_gpu_overlapped_segments_equal_serial_delayed_and_graph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows of many segments: the selections on the side stream (eager; eager with the side
+    stream held back by a busy wait before each selection, so a missing wait would let the
+    scoring overwrite a buffer still to be read; CUDA-graph replay) equal the serial path and
+    the torch reference bitwise."""
+    from ds41_indexer import paged as paged_mod
+
+    n, ps = 150_000, 64
+    pages = -(-n // ps)
+    g = torch.Generator(device=CUDA).manual_seed(21)
+    cache = PagedCache.allocate("mxfp4", 128, ps, pages + 3, device=CUDA)
+    cache.storage.copy_(
+        torch.randint(0, 256, cache.storage.shape, dtype=torch.uint8, device=CUDA, generator=g)
+    )
+    cache.scale_view().copy_(
+        torch.randint(
+            121, 128, cache.scale_view().shape, dtype=torch.uint8, device=CUDA, generator=g
+        )
+    )
+    table = torch.randperm(pages + 3, device=CUDA, generator=g)[:pages].to(torch.int32).view(1, -1)
+    q, w = make_queries(6, 32, 128, seed=22, device=CUDA)
+    req = torch.tensor([0, 0, 0, -1, 0, 0], dtype=torch.int32, device=CUDA)
+    pos = torch.tensor([n - 1, 99_000, 20_000, 7, 300, 70_001], dtype=torch.int32, device=CUDA)
+    args = (q, w, cache, table, req, pos, 1)
+    nv = visible_entries(req, pos, 1)
+    ref = index_topk(index_logits(*args), nv, 512, backend="torch")
+    seg = 1 << 14  # 10 segments
+    got = paged_index_topk(*args, 512, segment=seg)
+    assert torch.equal(got, ref)
+
+    class Delayed(paged_mod.StreamLanes):
+        def on_side(self, fn):  # type: ignore[no-untyped-def]
+            def late() -> None:
+                torch.cuda._sleep(1_000_000)
+                fn()
+
+            return super().on_side(late)
+
+    with monkeypatch.context() as m:
+        m.setattr(paged_mod, "lanes_for", lambda device: paged_mod.SerialLanes())
+        assert torch.equal(paged_index_topk(*args, 512, segment=seg), ref)
+        m.setattr(paged_mod, "lanes_for", Delayed)
+        assert torch.equal(paged_index_topk(*args, 512, segment=seg), ref)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        paged_index_topk(*args, 512, segment=seg, validate=False)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = paged_index_topk(*args, 512, segment=seg, validate=False)
+    out.fill_(-7)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+
+
 def test_gpu_visible_counts_equal_torch() -> None:
     """The fused call's n(p) kernel (one launch) == `visible_entries` on the GPU, bitwise."""
     from test_paged_topk import visible_cases

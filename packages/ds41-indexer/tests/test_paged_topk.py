@@ -253,3 +253,83 @@ def test_fused_split_selector_equals_group_selector(
     monkeypatch.setattr(tk, "SPLIT_MAX_ROWS", 0)
     got = paged_index_topk(*args, 8, candidates=cand, backend="triton", chunk=64)
     assert torch.equal(got, ref)
+
+
+def test_segment_plan_alternates_buffers() -> None:
+    """Segments alternate between two buffers; a buffer is scored again only after the
+    selection of the segment that last used it (two segments back)."""
+    from ds41_indexer.paged import segment_plan
+
+    assert segment_plan(100, 128) == [(0, 0, None)]
+    assert segment_plan(640, 128) == [
+        (0, 0, None),
+        (128, 1, None),
+        (256, 0, 0),
+        (384, 1, 1),
+        (512, 0, 2),
+    ]
+    assert [p[0] for p in segment_plan(641, 128)] == [0, 128, 256, 384, 512, 640]
+
+
+class DeferredLanes:
+    """Side lane that runs its selections as late as the ordering allows (only when joined,
+    in launch order, like a stream that starts nothing before it must), logging every step."""
+
+    def __init__(self, log: list[tuple[str, int]]) -> None:
+        self.log, self.queue, self.ran = log, [], 0
+
+    def on_side(self, fn) -> object:
+        self.queue.append(fn)
+        return len(self.queue) - 1
+
+    def join(self, token: object) -> None:
+        assert isinstance(token, int)
+        self.log.append(("join", token))
+        while self.ran <= token:
+            self.log.append(("side", self.ran))
+            self.queue[self.ran]()
+            self.ran += 1
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("lanes", ["serial", "deferred"])
+def test_overlapped_segments_equal_one_segment(monkeypatch: pytest.MonkeyPatch, lanes: str) -> None:
+    """Several segments with double-buffered scratch and the selections on a side lane: the
+    buffers alternate, a buffer is rescored only after the selection that reads it ran (the
+    deferred lane runs a side selection only when joined, so a missing wait would leave it
+    reading the next segment's scores), the last selection runs on the caller's lane after the
+    side; results equal one segment and the Python sort of the unfused logits."""
+    from ds41_indexer import paged as paged_mod
+    from ds41_indexer.ops.logits import gluon_launch
+
+    sc = make_scenario("mxfp4", [700, 90], di=32, hi=2, page_size=64, seed=14, device=DEV)
+    q, w = make_queries(4, 2, 32, seed=15, device=DEV)
+    req = torch.tensor([0, 0, 1, -1], dtype=torch.int32, device=DEV)
+    pos = torch.tensor([699, 300, 89, 5], dtype=torch.int32, device=DEV)
+    args = (q, w, sc.cache, sc.block_table, req, pos, 1)
+    nv = visible_entries(req, pos, 1)
+    ref = brute_topk_rows(index_logits(*args, backend="triton"), nv, 8)
+    whole = paged_index_topk(*args, 8, backend="triton", chunk=64, segment=1024)
+    assert torch.equal(whole, ref)
+
+    log: list[tuple[str, int]] = []
+    scored: list[tuple[int, int]] = []  # (entry base, buffer address)
+    real = gluon_launch.paged_logits_gpu
+
+    def spy(*a, **kw):
+        scored.append((kw["entry_base"], a[7].data_ptr()))
+        log.append(("score", kw["entry_base"] // 128))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(gluon_launch, "paged_logits_gpu", spy)
+    if lanes == "deferred":
+        monkeypatch.setattr(paged_mod, "lanes_for", lambda device: DeferredLanes(log))
+    got = paged_index_topk(*args, 8, backend="triton", chunk=64, segment=128)
+    assert torch.equal(got, ref)
+    assert [b for b, _ in scored] == list(range(0, 768, 128))  # 6 segments
+    ptrs = [p for _, p in scored]
+    assert ptrs[0] != ptrs[1] and ptrs[0::2] == [ptrs[0]] * 3 and ptrs[1::2] == [ptrs[1]] * 3
+    if lanes == "deferred":
+        for i in range(2, 6):  # segment i reuses the buffer of segment i - 2: selected first
+            assert log.index(("side", i - 2)) < log.index(("score", i))
+        assert log[-2:] == [("join", 4), ("side", 4)]  # the side drained before the last one
