@@ -4,12 +4,14 @@ Times, in one process and bench-style (CUDA-graph replay medians, `ds41_indexer.
 the fused `paged_index_topk` of
 
 - `main`: the package at a3217eb (`paged_main.py`, one scratch buffer, selections in line),
-- `overlap`: this package (two buffers, selections of all but the last segment on a side
-  stream),
-- `seg2`: main with segments twice the default (2 instead of 4 at 256 x 1M; 512 MB scratch),
+- `overlap`: `paged_overlap.py` (two buffers, selections of all but the last segment on a side
+  stream; the package at 31533a3, where call 1 ran this script with it as the package),
+- `seg2`: main with segments twice the default (2 instead of 4 at 256 x 1M; 512 MB scratch:
+  the package since, `package` below),
 - `both`: overlap with segments twice the default (2 x 512 MB),
 - `ovl_half`: overlap with segments half the default (8 segments; 2 x 128 MB = main's memory),
 - `ovl_prio`: overlap with a high-priority side stream,
+- `package`: this package (added after call 1; main with `SCRATCH_BYTES` 512 MB),
 
 plus the fused call's scoring alone and selections alone (`bench.fused_stages`) at the default
 and the doubled segment, at 256 x 1M, 256 x 128K, 64 x 128K, 64 x 32K and 1 x 128K (the key
@@ -37,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import paged_main
+import paged_overlap
 
 import ds41_indexer.bench as bench
 from ds41_indexer import index_logits, index_topk, paged_index_topk
@@ -82,6 +85,8 @@ def eager_ms(fn: Callable[[], object], iters: int) -> float:
 
 
 def stages_ms(args: tuple, scratch_bytes: int, iters: int) -> tuple[float, float]:
+    """The fused call's scoring alone and selections alone (`bench.fused_stages`) with the
+    package's scratch bound set to `scratch_bytes`."""
     old = paged_mod.SCRATCH_BYTES
     paged_mod.SCRATCH_BYTES = scratch_bytes
     try:
@@ -126,33 +131,34 @@ def main() -> int:
         args = (q, w, cache, table[:t, :pages].contiguous(), req, pos, bench.RATIO)
         k_pad = tk.k_pad_of(bench.TOPK)
         ch = tk.default_chunk(k_pad)
-        seg = paged_mod.segment_for(t, ctx, ch)
+        seg = paged_main.segment_for(t, ctx, ch)  # main's segment
         n_seg = -(-ctx // seg)
 
         def ovl_prio(*x, **kw) -> torch.Tensor:
-            had = paged_mod._SIDE.get(DEV)
-            paged_mod._SIDE[DEV] = prio
+            had = paged_overlap._SIDE.get(DEV)
+            paged_overlap._SIDE[DEV] = prio
             try:
-                return paged_index_topk(*x, **kw)
+                return paged_overlap.paged_index_topk(*x, **kw)
             finally:
                 if had is None:
-                    del paged_mod._SIDE[DEV]
+                    del paged_overlap._SIDE[DEV]
                 else:
-                    paged_mod._SIDE[DEV] = had
+                    paged_overlap._SIDE[DEV] = had
 
         variants: dict[str, Callable[[], torch.Tensor]] = {
             "main": partial(paged_main.paged_index_topk, *args, bench.TOPK, validate=False),
-            "overlap": partial(paged_index_topk, *args, bench.TOPK, validate=False),
+            "overlap": partial(paged_overlap.paged_index_topk, *args, bench.TOPK, validate=False),
+            "package": partial(paged_index_topk, *args, bench.TOPK, validate=False),
         }
         if n_seg > 1:
             variants["seg2"] = partial(
                 paged_main.paged_index_topk, *args, bench.TOPK, validate=False, segment=2 * seg
             )
             variants["both"] = partial(
-                paged_index_topk, *args, bench.TOPK, validate=False, segment=2 * seg
+                paged_overlap.paged_index_topk, *args, bench.TOPK, validate=False, segment=2 * seg
             )
             variants["ovl_half"] = partial(
-                paged_index_topk, *args, bench.TOPK, validate=False, segment=seg // 2
+                paged_overlap.paged_index_topk, *args, bench.TOPK, validate=False, segment=seg // 2
             )
             variants["ovl_prio"] = partial(ovl_prio, *args, bench.TOPK, validate=False)
         ref = variants["main"]()
@@ -184,11 +190,12 @@ def main() -> int:
             "graph_ms": {k: v for k, v in times.items()},
         }
         if n_seg > 1:
-            fl, fs = stages_ms(args, paged_mod.SCRATCH_BYTES, a.iters)
-            fl2, fs2 = stages_ms(args, 2 * paged_mod.SCRATCH_BYTES, a.iters)
+            fl, fs = stages_ms(args, paged_main.SCRATCH_BYTES, a.iters)
+            fl2, fs2 = stages_ms(args, 2 * paged_main.SCRATCH_BYTES, a.iters)
             row["stages_ms"] = {"score": fl, "select": fs, "score_seg2": fl2, "select_seg2": fs2}
             row["eager_ms"] = {
-                name: eager_ms(variants[name], a.iters) for name in ("main", "overlap", "ovl_prio")
+                name: eager_ms(variants[name], a.iters)
+                for name in ("main", "overlap", "ovl_prio", "package")
             }
         results.append(row)
         print(json.dumps(row), flush=True)

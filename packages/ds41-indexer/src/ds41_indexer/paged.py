@@ -5,21 +5,12 @@ Rows are scored in segments of entries (sized so the fp32 scratch `[T, segment]`
 segment, the split selector picks its winners with several programs per row (slices, the last
 one of each row merging); otherwise the group selector (one program per row) picks each
 segment's winners from those groups, starting from the running top-k of the entries before it,
-so no `[T, N]` tensor exists for long rows. With several segments the scratch is doubled (two
-segment buffers and their group maxima, alternating) and the selection of every segment but the
-last runs on a side CUDA stream (`StreamLanes`: event fork and join, so a CUDA graph captures
-it), beside the scoring of the next segment; a buffer is scored again only after the selection
-that read it, and the last selection runs on the caller's stream after the side's, so the call
-ends joined. Only scheduling differs from scoring and selecting in line: the same launches on
-the same data, hence the same bits.
+so no `[T, N]` tensor exists for long rows.
 The result equals `index_topk(index_logits(...))` of the same backend bitwise: every logit is
 computed by the same tile code, and the selection is exact under one total order.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from functools import partial
 
 import torch
 
@@ -119,10 +110,8 @@ def paged_index_topk(
     # The logits kernel writes the group maxima itself when its tile is a multiple of GROUP.
     fused_gmax = TILE[0] % tk.GROUP.value == 0
 
-    def score(
-        base: int, into: torch.Tensor = buf, gmax: torch.Tensor | None = gmax
-    ) -> torch.Tensor:
-        view = into[:, : min(seg, n_total - base)]
+    def score(base: int) -> torch.Tensor:
+        view = buf[:, : min(seg, n_total - base)]
         paged_logits_gpu(
             qc,
             wc,
@@ -149,110 +138,23 @@ def paged_index_topk(
         return out
     assert scratch is not None
     # Segments in entry order: each one's group selection merges with the running top-k of the
-    # entries before it (kept in the first k_pad slots of the candidate region), so selections
-    # run one after another; the scoring of segment s + 1 (into the other of two buffers) runs
-    # beside the selection of segment s (on the side lane), and only the last selection, on
-    # the caller's stream, is exposed.
-    plan = segment_plan(n_total, seg)
-    bufs = [buf] + [empty((t, width), torch.float32, q.device) for _ in plan[1:2]]
-    gmaxes = [scratch[0]] + [empty(scratch[0].shape, torch.int32, q.device) for _ in plan[1:2]]
-    lanes = lanes_for(q.device)
-    done: list[object] = []
-    for i, (base, b, reuse) in enumerate(plan):
-        if reuse is not None:
-            lanes.join(done[reuse])  # the selection that read this buffer has finished
-        view = score(base, bufs[b], gmaxes[b])
-        select = partial(
-            tk.group_select,
-            view,
-            n_vis,
-            k,
-            k_pad,
-            ch,
-            (gmaxes[b], *scratch[1:]),
-            out,
-            entry_base=base,
-            has_run=i > 0,
-            final=i == len(plan) - 1,
+    # entries before it (kept in the first k_pad slots of the candidate region).
+    for base in range(0, n_total, seg):
+        view = score(base)
+        last = base + seg >= n_total
+        tk.group_select(
+            view, n_vis, k, k_pad, ch, scratch, out, entry_base=base, has_run=base > 0, final=last
         )
-        if i < len(plan) - 1:
-            done.append(lanes.on_side(select))
-        else:
-            if done:
-                lanes.join(done[-1])  # the running list, and every side launch, before `out`
-            select()
     return out
 
 
-def segment_plan(n_total: int, seg: int) -> list[tuple[int, int, int | None]]:
-    """(entry base, buffer, reuse) of each segment of `seg` entries, in entry order: segment i
-    is scored into buffer i % 2 once the selection of segment `reuse` = i - 2 (the last one that
-    read that buffer) has finished (None: the buffer's first use)."""
-    return [
-        (base, i % 2, i - 2 if i >= 2 else None) for i, base in enumerate(range(0, n_total, seg))
-    ]
-
-
-class SerialLanes:
-    """Selections in program order on the caller's stream (CPU tensors, the interpreter)."""
-
-    def on_side(self, fn: Callable[[], None]) -> object:
-        """Run `fn` after everything launched so far; returns its completion token."""
-        fn()
-        return None
-
-    def join(self, token: object) -> None:
-        """Order what the caller launches next after the launch that returned `token`."""
-
-
-class StreamLanes(SerialLanes):
-    """The caller's current CUDA stream and a side stream of the device, ordered by events
-    (recorded and waited on the streams, so a CUDA graph captures them as edges)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.main = torch.cuda.current_stream(device)
-        self.side = side_stream(device)
-
-    def on_side(self, fn: Callable[[], None]) -> object:
-        fork = torch.cuda.Event()  # type: ignore[no-untyped-call]
-        fork.record(self.main)
-        self.side.wait_event(fork)
-        with torch.cuda.stream(self.side):
-            fn()
-        finished = torch.cuda.Event()  # type: ignore[no-untyped-call]
-        finished.record(self.side)
-        return finished
-
-    def join(self, token: object) -> None:
-        assert isinstance(token, torch.cuda.Event)
-        self.main.wait_event(token)
-
-
-_SIDE: dict[torch.device, torch.cuda.Stream] = {}
-"""Per device, the side stream of the segment selections (default priority)."""
-
-
-def side_stream(device: torch.device) -> torch.cuda.Stream:
-    """The device's side stream for segment selections (made once, then reused)."""
-    dev = torch.device(
-        "cuda", torch.cuda.current_device() if device.index is None else device.index
-    )
-    stream = _SIDE.get(dev)
-    if stream is None:
-        stream = _SIDE[dev] = torch.cuda.Stream(device=dev)  # type: ignore[no-untyped-call]
-    return stream
-
-
-def lanes_for(device: torch.device) -> SerialLanes:
-    """Stream lanes on CUDA tensors outside the interpreter, serial lanes otherwise."""
-    if device.type == "cuda" and not interpreter_active():
-        return StreamLanes(device)
-    return SerialLanes()
-
-
-SCRATCH_BYTES = 1 << 28
-"""Upper bound of one fp32 logits scratch buffer `[T, segment]` on the Triton path (two such
-buffers when a row takes several segments)."""
+SCRATCH_BYTES = 1 << 29
+"""Upper bound of the fp32 logits scratch `[T, segment]` on the Triton path. 512 MB (256 MB
+until the twelfth session): 256 rows of 1M entries take 2 segments instead of 4, two fewer
+scoring launches each ending in a part-full wave and two fewer selections; measured on the
+H200 (`scripts/issue12/overlap_lab.py`, one call): the fused call 8.55 / 8.70 ms against 8.75
+/ 9.55 ms at 4 segments, its scoring alone 8.25 vs 8.58 ms and its selections 0.27 vs 0.46 ms.
+Only speed depends on it (indexer README, twelfth session)."""
 
 
 def segment_for(rows: int, n_total: int, chunk: int) -> int:
