@@ -94,6 +94,44 @@ def test_gpu_million_entry_rows() -> None:
     assert torch.equal(one, got[1:2])
 
 
+def test_gpu_many_segments_eager_and_graph_replay() -> None:
+    """Rows of many segments (the running merge across segments), eagerly and under CUDA-graph
+    replay into a poisoned output, equal the torch reference bitwise."""
+    n, ps = 150_000, 64
+    pages = -(-n // ps)
+    g = torch.Generator(device=CUDA).manual_seed(21)
+    cache = PagedCache.allocate("mxfp4", 128, ps, pages + 3, device=CUDA)
+    cache.storage.copy_(
+        torch.randint(0, 256, cache.storage.shape, dtype=torch.uint8, device=CUDA, generator=g)
+    )
+    cache.scale_view().copy_(
+        torch.randint(
+            121, 128, cache.scale_view().shape, dtype=torch.uint8, device=CUDA, generator=g
+        )
+    )
+    table = torch.randperm(pages + 3, device=CUDA, generator=g)[:pages].to(torch.int32).view(1, -1)
+    q, w = make_queries(6, 32, 128, seed=22, device=CUDA)
+    req = torch.tensor([0, 0, 0, -1, 0, 0], dtype=torch.int32, device=CUDA)
+    pos = torch.tensor([n - 1, 99_000, 20_000, 7, 300, 70_001], dtype=torch.int32, device=CUDA)
+    args = (q, w, cache, table, req, pos, 1)
+    nv = visible_entries(req, pos, 1)
+    ref = index_topk(index_logits(*args), nv, 512, backend="torch")
+    seg = 1 << 14  # 10 segments
+    assert torch.equal(paged_index_topk(*args, 512, segment=seg), ref)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        paged_index_topk(*args, 512, segment=seg, validate=False)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = paged_index_topk(*args, 512, segment=seg, validate=False)
+    out.fill_(-7)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+
+
 def test_gpu_visible_counts_equal_torch() -> None:
     """The fused call's n(p) kernel (one launch) == `visible_entries` on the GPU, bitwise."""
     from test_paged_topk import visible_cases

@@ -148,8 +148,13 @@ def paged_index_topk(
     return out
 
 
-SCRATCH_BYTES = 1 << 28
-"""Upper bound of the fp32 logits scratch `[T, segment]` on the Triton path."""
+SCRATCH_BYTES = 1 << 29
+"""Upper bound of the fp32 logits scratch `[T, segment]` on the Triton path. 512 MB (256 MB
+until the twelfth session): 256 rows of 1M entries take 2 segments instead of 4, two fewer
+scoring launches each ending in a part-full wave and two fewer selections; measured on the
+H200 (`scripts/issue12/overlap_lab.py`, one call): the fused call 8.55 / 8.70 ms against 8.75
+/ 9.55 ms at 4 segments, its scoring alone 8.25 vs 8.58 ms and its selections 0.27 vs 0.46 ms.
+Only speed depends on it (indexer README, twelfth session)."""
 
 
 def segment_for(rows: int, n_total: int, chunk: int) -> int:
