@@ -57,6 +57,13 @@ class StepContext:
             self.entry_rope_tables[ratio] = rope_cos_sin(entry_pos, freqs)
         return self.entry_rope_tables[ratio]
 
+    paged_indices: dict[tuple[int, int | None], tuple[Any, ...]] = field(default_factory=dict)
+    """(ratio, top-k source layer) -> the step's `sparse_paged_indices` outputs. Their inputs
+    are the step's rows, the window block table, the window, the replay starts (the same for
+    every layer), the ratio's compressed block table and the top-k of the source layer: layers
+    that share a ratio and a top-k source (a Reuse layer and its source) read the same slots,
+    so the first of them computes them (one launch) and the others reuse them."""
+
 
 @dataclass
 class Runtime:
@@ -145,11 +152,14 @@ def attention_block(
         comp_bt = None
         comp_cache = None
 
-    swa_slots, swa_lens, comp_slots, comp_lens = sparse_paged_indices(
-        ctx.req_idx, ctx.pos, kv.window_alloc.block_table, cfg.window, kv.replay_start,
-        topk, comp_bt, m, swa_page_size=ps, comp_page_size=ps, backend=rt.backend_literal,
-        validate=ctx.validate,
-    )  # fmt: skip
+    key = (m, plan.topk_source if m > 0 else None)
+    if key not in ctx.paged_indices:
+        ctx.paged_indices[key] = sparse_paged_indices(
+            ctx.req_idx, ctx.pos, kv.window_alloc.block_table, cfg.window, kv.replay_start,
+            topk, comp_bt, m, swa_page_size=ps, comp_page_size=ps, backend=rt.backend_literal,
+            validate=ctx.validate,
+        )  # fmt: skip
+    swa_slots, swa_lens, comp_slots, comp_lens = ctx.paged_indices[key]
     out, lse = rt.attention(
         q, kv.window[layer], swa_slots, swa_lens, comp_cache, comp_slots, comp_lens,
         lw.sink, cfg.scale, validate=ctx.validate,
