@@ -11,7 +11,7 @@ from ds41_cache.paged import lookup_slots
 from ds41_cache.rope import rope_cos_sin, rope_inplace
 
 from ..ops.linear import grouped_linear, linear
-from ..ops.norm import rmsnorm
+from ..ops.norm import rmsnorm, rmsnorm_pair
 from ..ops.swiglu import swiglu_gate
 from .config import LayerPlan, ModelConfig
 from .kv import KVState
@@ -90,6 +90,11 @@ class Runtime:
     def norm(self, x: torch.Tensor, w: torch.Tensor, eps: float, **kw: Any) -> torch.Tensor:
         return rmsnorm(x, w, eps, backend=self.backend, **kw)
 
+    def norm_pair(
+        self, x1: torch.Tensor, w1: torch.Tensor, x2: torch.Tensor, w2: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return rmsnorm_pair(x1, w1, x2, w2, eps, backend=self.backend)
+
 
 def entry_slots(
     block_table: torch.Tensor, req_idx: torch.Tensor, entry: torch.Tensor, ok: torch.Tensor,
@@ -122,13 +127,13 @@ def attention_block(
     ps = kv.page_size
 
     # `wq_a` and `wkv` read the same `x`: one launch over their concatenation (a row's
-    # columns are a function of that row alone), each norm reading its columns in place.
+    # columns are a function of that row alone); `q_norm` and `kv_norm` read their column
+    # ranges in place, in one launch (`rmsnorm_pair`: the bits of two `rmsnorm` calls).
     q_lora = lw.q_norm.shape[0]
     qkv = rt.lin(x, lw.wq_a_kv)
-    qr = rt.norm(qkv[:, :q_lora], lw.q_norm, eps)
+    qr, latent_kv = rt.norm_pair(qkv[:, :q_lora], lw.q_norm, qkv[:, q_lora:], lw.kv_norm, eps)
     # The projection's fresh output is rotated in place (bitwise `apply_rope`).
     q = rope_inplace(rt.lin(qr, lw.wq_b).view(t, h, d), cos, sin, backend=rt.backend)
-    latent_kv = rt.norm(qkv[:, q_lora:], lw.kv_norm, eps)
     insert(
         kv.window[layer], latent_kv, ctx.window_slots, positions=ctx.pos, freqs=freqs,
         rope_tables=(cos, sin), validate=ctx.validate,

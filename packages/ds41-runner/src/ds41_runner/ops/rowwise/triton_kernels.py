@@ -62,6 +62,58 @@ def launch_rmsnorm(
 
 
 @triton.jit
+def _rmsnorm_row(x_ptr, w_ptr, out_ptr, row, D, stride_x, stride_o, eps, BLOCK_D: tl.constexpr):
+    # rmsnorm_kernel's body for one row: the same load, `_rms_scaled` and store.
+    cols = tl.arange(0, BLOCK_D)
+    ok = cols < D
+    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    y = _rms_scaled(x, w_ptr, cols, ok, D, eps)
+    tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def rmsnorm_pair_kernel(
+    x1_ptr, w1_ptr, out1_ptr, D1, stride_x1, stride_o1,
+    x2_ptr, w2_ptr, out2_ptr, D2, stride_x2, stride_o2, eps,
+    BLOCK_D1: tl.constexpr, BLOCK_D2: tl.constexpr,
+    GDC: tl.constexpr = False,
+):  # fmt: skip
+    enter_dependent(GDC)
+    # Two independent RMSNorms in one launch: program (row, 0) normalises row `row` of x1,
+    # program (row, 1) row `row` of x2, each exactly as rmsnorm_kernel (one program per row,
+    # its own width and block, the launch's warps those rmsnorm_kernel takes for both).
+    row = tl.program_id(0)
+    if tl.program_id(1) == 0:
+        _rmsnorm_row(x1_ptr, w1_ptr, out1_ptr, row, D1, stride_x1, stride_o1, eps, BLOCK_D1)
+    else:
+        _rmsnorm_row(x2_ptr, w2_ptr, out2_ptr, row, D2, stride_x2, stride_o2, eps, BLOCK_D2)
+
+
+def pair_warps_match(d1: int, d2: int) -> bool:
+    """Whether `launch_rmsnorm_pair` can norm widths `d1` and `d2` with the warps
+    `launch_rmsnorm` gives each (it launches once with one warp count)."""
+    return _norm_warps(triton.next_power_of_2(d1)) == _norm_warps(triton.next_power_of_2(d2))
+
+
+def launch_rmsnorm_pair(
+    x1: torch.Tensor, w1: torch.Tensor, out1: torch.Tensor,
+    x2: torch.Tensor, w2: torch.Tensor, out2: torch.Tensor, eps: float,
+) -> None:  # fmt: skip
+    """`launch_rmsnorm(x1, w1, eps, out1)` and `launch_rmsnorm(x2, w2, eps, out2)` (the same
+    row count, `pair_warps_match`) in one launch, with their bits."""
+    m, d1 = x1.shape
+    d2 = x2.shape[1]
+    b1, b2 = triton.next_power_of_2(d1), triton.next_power_of_2(d2)
+    assert _norm_warps(b1) == _norm_warps(b2)
+    rmsnorm_pair_kernel[(m, 2)](
+        x1, w1, out1, d1, x1.stride(0), out1.stride(0),
+        x2, w2, out2, d2, x2.stride(0), out2.stride(0), eps,
+        BLOCK_D1=b1, BLOCK_D2=b2, num_warps=_norm_warps(b1),
+        **dependent_launch(x1.device),
+    )  # fmt: skip
+
+
+@triton.jit
 def residual_rmsnorm_kernel(
     x_ptr, delta_ptr, w_ptr, sum_ptr, out_ptr, first_ptr, stage, D, stride_x, stride_d,
     stride_s, stride_o, eps,
