@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from ds41_cache.codec import quantize_dequantize
+from ds41_cache.backend import resolve_backend
+from ds41_cache.codec import quantize_dequantize, require_encodable, require_finite
 from ds41_cache.rope import check_rope_tables, rope_cos_sin, rope_inplace
 
 from ._checks import check_positive_int, check_tensor
@@ -33,11 +34,13 @@ def prepare_index_queries(
     as bf16), then MXFP4 quantize-dequantize per 32-channel block. `validate=False` skips the
     codec's finiteness check (a host sync), so the call can be captured in a CUDA graph.
 
-    The RoPE rotates a bf16 copy of `q_proj` in place (`ds41_cache.rope.rope_inplace`: one
-    launch on the Triton backend; `q_proj` itself is never written), bitwise
-    `apply_rope(q, positions, freqs)`. `rope_tables`: `rope_cos_sin(positions, freqs)` when
-    the caller already holds them (a model step computes them once for all its layers); they
-    must be exactly those tables.
+    The RoPE rotates a bf16 copy of `q_proj` (`q_proj` itself is never written), bitwise
+    `apply_rope(q, positions, freqs)`. On the Triton backend the cast, RoPE and MXFP4 round
+    trip are one launch (`ops/queries`) with the bits of the separate steps
+    (`_index_queries_separate`: a copy, `ds41_cache.rope.rope_inplace`, `encode`, `decode`:
+    four launches). `rope_tables`: `rope_cos_sin(positions, freqs)` when the caller already
+    holds them (a model step computes them once for all its layers); they must be exactly
+    those tables.
     """
     check_tensor(q_proj, "q_proj", dtypes=(torch.bfloat16, torch.float32), ndim=2)
     check_positive_int(n_heads, "n_heads")
@@ -54,7 +57,39 @@ def prepare_index_queries(
         cos, sin = rope_cos_sin(positions, freqs)
     else:
         cos, sin = check_rope_tables(rope_tables, t, freqs.numel(), q_proj.device)
-    q = q_proj.to(torch.bfloat16, copy=True).view(t, n_heads, head_dim)
+    if (
+        resolve_backend(backend, q_proj.device) == "triton"
+        and q_proj.stride(1) == 1
+        and (head_dim - 2 * cos.shape[1]) % 2 == 0
+        and 2 * cos.shape[1] <= head_dim
+    ):
+        # One launch (`ops/queries`): the bits of the cast, `rope_inplace`, `encode` and
+        # `decode` below; with `validate`, the rotated queries come back for the same checks.
+        from .ops.queries.triton_kernels import launch_index_queries
+
+        out, rot = launch_index_queries(
+            q_proj, cos.contiguous(), sin.contiguous(), n_heads, rotated=validate
+        )
+        if rot is not None:
+            rows = rot.view(-1, head_dim)
+            require_finite(rows)
+            require_encodable(QUERY_FORMAT, rows)
+        return out
+    return _index_queries_separate(q_proj, cos, sin, n_heads, backend, validate)
+
+
+def _index_queries_separate(
+    q_proj: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    n_heads: int,
+    backend: str,
+    validate: bool,
+) -> torch.Tensor:
+    """`prepare_index_queries` as separate steps (the torch path, and the reference of the
+    fused Triton kernel): a bf16 copy, `rope_inplace`, MXFP4 quantize-dequantize."""
+    t, width = q_proj.shape
+    q = q_proj.to(torch.bfloat16, copy=True).view(t, n_heads, width // n_heads)
     rope_inplace(q, cos, sin, backend=backend)
     return quantize_dequantize(QUERY_FORMAT, q, backend=backend, check_finite=validate)
 
