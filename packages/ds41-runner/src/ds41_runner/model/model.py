@@ -263,15 +263,18 @@ class Model:
             x, h = residual_rmsnorm(x, attn, lw.mlp_norm, eps, nonfinite=nonfinite_stage,
                                     stage=1 + 2 * plan.layer, backend=rt.backend)  # fmt: skip
             assert h is not None
-            # The last block's sum is normed below, on the logit rows only.
-            nxt = layers[i + 1][1].attn_norm if i + 1 < len(layers) else None
+            # The last block's sum gets the final norm in the same launch (a row's norm is a
+            # function of that row alone, so norming every row and keeping the logit rows
+            # gives the bits of norming the logit rows).
+            nxt = layers[i + 1][1].attn_norm if i + 1 < len(layers) else w.final_norm
             x, h = residual_rmsnorm(x, mlp_block(lw, h, rt), nxt, eps, nonfinite=nonfinite_stage,
                                     stage=2 + 2 * plan.layer, backend=rt.backend)  # fmt: skip
             if capture is not None:
                 capture[f"hidden{plan.layer}"] = x
+        assert h is not None
         if logit_rows is not None:
-            x = x.index_select(0, logit_rows)
-        return rt.norm(x, w.final_norm, eps)
+            h = h.index_select(0, logit_rows)
+        return h
 
     def _embed(self, tok: torch.Tensor) -> torch.Tensor:
         """int64 `[T]` token ids in range -> bf16 `[T, hidden]` (a hook for tensor parallelism)."""
