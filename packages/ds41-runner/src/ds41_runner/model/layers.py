@@ -10,6 +10,7 @@ import torch
 from ds41_cache.paged import lookup_slots
 from ds41_cache.rope import rope_cos_sin, rope_inplace
 
+from ..ops.entries import entry_slots_positions
 from ..ops.linear import grouped_linear, linear
 from ..ops.norm import rmsnorm, rmsnorm_pair
 from ..ops.swiglu import swiglu_gate
@@ -215,10 +216,15 @@ def _compress(
         kv.compressors[layer], kv_c, score, ctx.req_idx, ctx.pos, lw.c_norm, cfg.rms_norm_eps,
         validate=ctx.validate, backend=rt.backend,
     )  # fmt: skip
-    slots = entry_slots(
-        kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size, rt.backend
-    )
-    entry_pos = (entry.clamp(min=0) * m).to(torch.int32)
+    # The entries' slots, positions `e * m` and (first kv source of the ratio in the step)
+    # their RoPE tables: one launch on the Triton backend (`ops.entries`, the same bits).
+    first = m not in ctx.entry_rope_tables
+    slots, entry_pos, fresh = entry_slots_positions(
+        kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size, m,
+        freqs=freqs if first else None, backend=rt.backend,
+    )  # fmt: skip
+    if fresh is not None:
+        ctx.entry_rope_tables[m] = fresh
     tables = ctx.entry_cos_sin(m, entry_pos, freqs)
     k_proj = rt.lin(latent, lw.wk_idx)
     write_index_keys(

@@ -168,6 +168,78 @@ def launch_residual_rmsnorm(
     )  # fmt: skip
 
 
+ENTRY_BLOCK = 128  # ds41_cache.ops.slots.triton_kernels.BLOCK
+
+
+@triton.jit
+def entry_slots_kernel(
+    bt_ptr, bt_stride0, bt_stride1, num_req, num_cols, req_ptr, entry_ptr, emit_ptr,
+    slots_ptr, epos_ptr, freqs_ptr, cos_ptr, sin_ptr, T, ratio,
+    PAGE: tl.constexpr, BLOCK: tl.constexpr, HALF_R: tl.constexpr, BLOCK_P: tl.constexpr,
+    TABLES: tl.constexpr,
+    GDC: tl.constexpr = False,
+):  # fmt: skip
+    enter_dependent(GDC)
+    # lookup_slots_kernel's slot (integer steps), the entry's position max(e, 0) * ratio as
+    # int32 (torch's clamp, product and cast), and rope_tables_kernel's tables at it.
+    rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = rows < T
+    req = tl.load(req_ptr + rows, mask=ok, other=-1).to(tl.int64)
+    pos = tl.load(entry_ptr + rows, mask=ok, other=-1).to(tl.int64)
+    need = tl.load(emit_ptr + rows, mask=ok, other=0) != 0
+    col = tl.maximum(pos, 0) // PAGE
+    in_table = (req >= 0) & (req < num_req) & (pos >= 0) & (col < num_cols)
+    page = tl.load(
+        bt_ptr + tl.maximum(req, 0) * bt_stride0 + col * bt_stride1,
+        mask=ok & need & in_table,
+        other=-1,
+    ).to(tl.int64)
+    have = need & in_table & (page >= 0)
+    tl.store(slots_ptr + rows, tl.where(have, page * PAGE + pos % PAGE, -1), mask=ok)
+    epos = (tl.maximum(pos, 0) * ratio).to(tl.int32)
+    tl.store(epos_ptr + rows, epos, mask=ok)
+    if TABLES:
+        k = tl.arange(0, BLOCK_P)
+        f = tl.load(freqs_ptr + k, mask=k < HALF_R, other=0.0)
+        angle = epos.to(tl.float32)[:, None] * f[None, :]
+        offs = rows[:, None] * HALF_R + k[None, :]
+        m = ok[:, None] & (k < HALF_R)[None, :]
+        tl.store(cos_ptr + offs, tl.math.cos(angle), mask=m)
+        tl.store(sin_ptr + offs, tl.math.sin(angle), mask=m)
+
+
+def launch_entry_slots(
+    block_table: torch.Tensor,
+    req_idx: torch.Tensor,
+    entry: torch.Tensor,
+    emit: torch.Tensor,
+    page_size: int,
+    ratio: int,
+    freqs: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """`ops.entries.entry_slots_positions` in one launch (T > 0); the tables only with
+    `freqs` (f32 [R/2] contiguous)."""
+    t = entry.shape[0]
+    dev = entry.device
+    slots = empty((t,), torch.int64, dev)
+    epos = empty((t,), torch.int32, dev)
+    tables = None
+    half_r = 1 if freqs is None else freqs.shape[0]
+    if freqs is not None:
+        tables = (empty((t, half_r), torch.float32, dev), empty((t, half_r), torch.float32, dev))
+    entry_slots_kernel[(triton.cdiv(t, ENTRY_BLOCK),)](
+        block_table, block_table.stride(0), block_table.stride(1), block_table.shape[0],
+        block_table.shape[1], req_idx.contiguous(), entry.contiguous(),
+        emit.contiguous().view(torch.uint8), slots, epos,
+        epos if freqs is None else freqs,
+        epos if tables is None else tables[0], epos if tables is None else tables[1],
+        t, ratio, PAGE=page_size, BLOCK=ENTRY_BLOCK, HALF_R=half_r,
+        BLOCK_P=triton.next_power_of_2(half_r), TABLES=freqs is not None, num_warps=4,
+        **dependent_launch(dev),
+    )  # fmt: skip
+    return slots, epos, tables
+
+
 VOCAB_BLOCK = 1024
 _N_FIELDS = 6  # ops.vocab.PARTIAL_FIELDS
 
