@@ -15,7 +15,7 @@ from ds41_cache.backend import canonical_device, resolve_backend
 from .. import components as comp
 from ..ops.linear import check_mode
 from ..ops.logits import log_softmax
-from ..ops.norm import UNMARKED, residual_rmsnorm
+from ..ops.norm import UNMARKED, embed_rmsnorm, residual_rmsnorm
 from ..ops.vocab import Pick, RowSampling
 from ..ops.vocab import pick as vocab_pick
 from .config import ModelConfig
@@ -247,15 +247,26 @@ class Model:
             kv.window_alloc.block_table, req_idx, pos, valid, kv.page_size, rt.backend
         )
         ctx = StepContext(req_idx, pos, valid, win_slots, kv, validate, capture=capture)
-        tok = torch.where(valid, tokens, torch.zeros_like(tokens)).clamp(0, cfg.vocab_size - 1)
-        x = self._embed(tok)
-        if nonfinite_stage is not None:
-            nonfinite_stage.fill_(NO_NONFINITE_STAGE)
         eps = cfg.rms_norm_eps
         # Each residual add, the non-finite mark of its sum and the next block's input norm
-        # run as one step (`residual_rmsnorm`: one launch on the Triton backend).
-        x, h = residual_rmsnorm(x, None, w.layers[0].attn_norm, eps, nonfinite=nonfinite_stage,
-                                stage=0, backend=rt.backend)  # fmt: skip
+        # run as one step (`residual_rmsnorm`: one launch on the Triton backend); the first
+        # step also picks the embedding rows (`embed_rmsnorm`), unless `_embed` is overridden
+        # (tensor parallelism gathers the rows).
+        h: torch.Tensor | None
+        if type(self)._embed is Model._embed:
+            x, h = embed_rmsnorm(
+                tokens, req_idx, w.embed, w.layers[0].attn_norm, eps, nonfinite=nonfinite_stage,
+                stage=0, backend=rt.backend,
+            )  # fmt: skip
+        else:
+            tok = torch.where(valid, tokens, torch.zeros_like(tokens)).clamp(0, cfg.vocab_size - 1)
+            x = self._embed(tok)
+            if nonfinite_stage is not None:
+                nonfinite_stage.fill_(NO_NONFINITE_STAGE)
+            x, h = residual_rmsnorm(
+                x, None, w.layers[0].attn_norm, eps, nonfinite=nonfinite_stage, stage=0,
+                backend=rt.backend,
+            )  # fmt: skip
         layers = list(zip(self.plans, w.layers, strict=True))
         for i, (plan, lw) in enumerate(layers):
             assert h is not None

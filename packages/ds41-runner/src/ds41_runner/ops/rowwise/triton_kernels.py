@@ -142,6 +142,59 @@ def residual_rmsnorm_kernel(
         tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def embed_rmsnorm_kernel(
+    tok_ptr, req_ptr, emb_ptr, w_ptr, x_ptr, out_ptr, first_ptr, stage, V, D, stride_e,
+    stride_x, stride_o, eps,
+    BLOCK_D: tl.constexpr, MARK: tl.constexpr,
+    GDC: tl.constexpr = False,
+):  # fmt: skip
+    enter_dependent(GDC)
+    # One program per row: the embedding row of the row's token (0 on padding rows, clamped
+    # to the vocabulary, as the model's torch ops pick it) copied out, then
+    # residual_rmsnorm_kernel without a delta: the non-finite mark (over an unmarked row) and
+    # rmsnorm of the row.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    ok = cols < D
+    tok = tl.load(tok_ptr + row).to(tl.int64)
+    tok = tl.where(tl.load(req_ptr + row) >= 0, tok, 0)
+    tok = tl.minimum(tl.maximum(tok, 0), V - 1)
+    e = tl.load(emb_ptr + tok * stride_e + cols, mask=ok, other=0.0)
+    tl.store(x_ptr + row * stride_x + cols, e, mask=ok)
+    x = e.to(tl.float32)
+    if MARK:
+        # not (|x| < inf) holds for inf and NaN alike; -1: rowwise.naive.UNMARKED
+        bad = tl.max(tl.where(ok & ~(tl.abs(x) < float("inf")), 1, 0), axis=0)
+        tl.store(first_ptr + row, tl.where(bad > 0, stage, -1))
+    y = _rms_scaled(x, w_ptr, cols, ok, D, eps)
+    tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def launch_embed_rmsnorm(
+    tokens: torch.Tensor,
+    req_idx: torch.Tensor,
+    embed: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    x: torch.Tensor,
+    out: torch.Tensor,
+    first: torch.Tensor | None,
+    stage: int,
+) -> None:
+    """`tokens: int64 [M]`, `req_idx: int32 [M]`, `embed: bf16 [V, D]` (unit column stride)
+    -> `x: bf16 [M, D]` the rows, `out: [M, D]` their norm, `first: int64 [M]` the marks."""
+    m = tokens.shape[0]
+    v, d = embed.shape
+    block = triton.next_power_of_2(d)
+    embed_rmsnorm_kernel[(m,)](
+        tokens, req_idx, embed, w, x, out, x if first is None else first, stage, v, d,
+        embed.stride(0), x.stride(0), out.stride(0), eps,
+        BLOCK_D=block, MARK=first is not None, num_warps=_norm_warps(block),
+        **dependent_launch(x.device),
+    )  # fmt: skip
+
+
 def launch_residual_rmsnorm(
     x: torch.Tensor,
     delta: torch.Tensor | None,
