@@ -255,17 +255,18 @@ def _index_topk(
     keys (masked by the published candidates on Reindex layers after the candidate source);
     the candidate source publishes its candidate-block mask. `tables`: the step's (cos, sin)
     at the rows' positions for `freqs` (the layer's query tables)."""
-    from ds41_indexer import head_weights, prepare_index_queries
+    from ds41_indexer import index_queries_and_weights
 
     kv = ctx.kv
     m = plan.ratio
     assert plan.kv_source is not None
     assert lw.wq_b_idx is not None and lw.weights_proj is not None
-    qi = prepare_index_queries(
-        rt.lin(qr, lw.wq_b_idx), ctx.pos, freqs, cfg.index_heads,
-        rope_tables=tables, backend=rt.backend, validate=ctx.validate,
+    # The queries' cast, RoPE and MXFP4 round trip and the head weights' scale: one launch
+    # on the Triton backend (the bits of `prepare_index_queries` and `head_weights`).
+    qi, w = index_queries_and_weights(
+        rt.lin(qr, lw.wq_b_idx), rt.lin(x, lw.weights_proj, out_dtype=torch.float32), ctx.pos,
+        freqs, cfg.index_heads, rope_tables=tables, backend=rt.backend, validate=ctx.validate,
     )  # fmt: skip
-    w = head_weights(rt.lin(x, lw.weights_proj, out_dtype=torch.float32), cfg.index_head_dim)
     key_cache = kv.index_keys[plan.kv_source]
     block_table = kv.comp_alloc[m].block_table
     cand = ctx.candidates if plan.masked_by_candidates else None

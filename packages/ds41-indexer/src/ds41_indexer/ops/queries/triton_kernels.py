@@ -1,7 +1,8 @@
 # mypy: allow-untyped-defs, allow-incomplete-defs
 """The index queries in one launch: bf16 cast, RoPE and the MXFP4 round trip
 (`queries.prepare_index_queries`), which the separate path runs as a copy, `rope_inplace`,
-`encode` and `decode` (four launches).
+`encode` and `decode` (four launches); with them, in the same launch, the head weights
+(`queries.index_queries_and_weights`; torch's product by the scale otherwise).
 
 Each step is the separate kernels' operations in their order, rounded at the same points:
 the bf16 cast of the projection (torch's RNE, NaN -> 0x7FC0), `rope_inplace_kernel`'s fp32
@@ -56,18 +57,16 @@ def _mxfp4_round_trip(xe, xo, QB: tl.constexpr):
 
 
 @triton.jit
-def index_queries_kernel(
-    x_ptr, cos_ptr, sin_ptr, out_ptr, rot_ptr, N, stride_t,
+def _queries(
+    pid, x_ptr, cos_ptr, sin_ptr, out_ptr, rot_ptr, N, stride_t,
     HEADS: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
     QB: tl.constexpr, NG: tl.constexpr, NGROUPS: tl.constexpr, BN: tl.constexpr,
     X_BF16: tl.constexpr, ROT: tl.constexpr,
-    GDC: tl.constexpr = False,
 ):  # fmt: skip
-    enter_dependent(GDC)
-    # One program per BN (row, head) records of D channels (record r = row r // HEADS, head
-    # r % HEADS), as even/odd channel tiles [BN, NG, QB/2] (the codec's layout: a RoPE pair is
-    # an (even, odd) pair of a tile).
-    rec = tl.program_id(0).to(tl.int64) * BN + tl.arange(0, BN)
+    # BN (row, head) records of D channels (record r = row r // HEADS, head r % HEADS), as
+    # even/odd channel tiles [BN, NG, QB/2] (the codec's layout: a RoPE pair is an (even,
+    # odd) pair of a tile).
+    rec = pid.to(tl.int64) * BN + tl.arange(0, BN)
     ok = rec < N
     t = rec // HEADS
     head = rec % HEADS
@@ -100,12 +99,51 @@ def index_queries_kernel(
     tl.store(out_ptr + out + 1, f32_to_bf16_bits(vo).to(tl.int16), mask=m)
 
 
+@triton.jit
+def index_queries_kernel(
+    x_ptr, cos_ptr, sin_ptr, out_ptr, rot_ptr, N, stride_t, w_ptr, wout_ptr, NW, w_scale,
+    Q_PROGRAMS,
+    HEADS: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
+    QB: tl.constexpr, NG: tl.constexpr, NGROUPS: tl.constexpr, BN: tl.constexpr,
+    X_BF16: tl.constexpr, ROT: tl.constexpr, W_BLOCK: tl.constexpr, W_BF16: tl.constexpr,
+    GDC: tl.constexpr = False,
+):  # fmt: skip
+    enter_dependent(GDC)
+    # Programs [0, Q_PROGRAMS): the queries; the others (when launched): the head weights
+    # `float32(w) * float32(scale)` (`queries.head_weights`: torch's product by a Python
+    # scalar, one fp32 rounding), W_BLOCK elements each.
+    pid = tl.program_id(0)
+    if pid < Q_PROGRAMS:
+        _queries(
+            pid, x_ptr, cos_ptr, sin_ptr, out_ptr, rot_ptr, N, stride_t, HEADS, D, HALF_R,
+            QB, NG, NGROUPS, BN, X_BF16, ROT,
+        )  # fmt: skip
+    else:
+        i = (pid - Q_PROGRAMS).to(tl.int64) * W_BLOCK + tl.arange(0, W_BLOCK)
+        wm = i < NW
+        if W_BF16:
+            w = bf16_bits_to_f32(tl.load(w_ptr + i, mask=wm, other=0))
+        else:
+            w = tl.load(w_ptr + i, mask=wm, other=0.0)
+        tl.store(wout_ptr + i, w * w_scale, mask=wm)
+
+
+W_BLOCK = 1024
+
+
 def launch_index_queries(
-    q_proj: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: int, rotated: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    q_proj: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    n_heads: int,
+    rotated: bool,
+    w_proj: torch.Tensor | None = None,
+    w_scale: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """`q_proj: [T, Hi * Di]` bf16|f32 (unit column stride), `cos`, `sin`: f32 `[T, R/2]`
     contiguous -> (bf16 `[T, Hi, Di]` index queries, with `rotated` the bf16 rotated queries
-    before quantization, else None)."""
+    before quantization else None, with `w_proj` (bf16|f32 `[T, Hw]` contiguous) the f32 head
+    weights `w_proj * w_scale` else None)."""
     t, width = q_proj.shape
     d = width // n_heads
     half_r = cos.shape[1]
@@ -115,14 +153,21 @@ def launch_index_queries(
     dev = q_proj.device
     out = empty((t, n_heads, d), torch.bfloat16, dev)
     rot = empty((t, n_heads, d), torch.bfloat16, dev) if rotated else None
-    if n == 0:
-        return out, rot
+    w_out = None if w_proj is None else empty(tuple(w_proj.shape), torch.float32, dev)
+    q_programs = triton.cdiv(n, bn)
+    nw = 0 if w_proj is None else w_proj.numel()
+    grid = q_programs + triton.cdiv(nw, W_BLOCK)
+    if grid == 0:
+        return out, rot, w_out
     x_bf16 = q_proj.dtype == torch.bfloat16
-    index_queries_kernel[(triton.cdiv(n, bn),)](
+    w_bf16 = w_proj is not None and w_proj.dtype == torch.bfloat16
+    index_queries_kernel[(grid,)](
         q_proj.view(torch.int16) if x_bf16 else q_proj, cos, sin, out.view(torch.int16),
         (out if rot is None else rot).view(torch.int16), n, q_proj.stride(0),
+        cos if w_proj is None else (w_proj.view(torch.int16) if w_bf16 else w_proj),
+        cos if w_out is None else w_out, nw, w_scale, q_programs,
         HEADS=n_heads, D=d, HALF_R=half_r, QB=qb, NG=ng, NGROUPS=groups, BN=bn,
-        X_BF16=x_bf16, ROT=rotated, enable_fp_fusion=False,
+        X_BF16=x_bf16, ROT=rotated, W_BLOCK=W_BLOCK, W_BF16=w_bf16, enable_fp_fusion=False,
         **dependent_launch(dev),
     )  # fmt: skip
-    return out, rot
+    return out, rot, w_out
