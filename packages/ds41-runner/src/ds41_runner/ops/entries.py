@@ -51,8 +51,9 @@ def entry_slots_positions(
         return slots, entry_pos, tables
     from .rowwise.triton_kernels import launch_entry_slots
 
-    # The tables in the kernel where rope_cos_sin would launch its kernel (CUDA tensors).
-    in_kernel = freqs is not None and entry.device.type == "cuda"
+    # The tables in the kernel where rope_cos_sin (backend "auto") would launch its kernel:
+    # CUDA tensors; on CPU tensors torch's tables, as that call gives them.
+    in_kernel = freqs is not None and resolve_backend("auto", entry.device) == "triton"
     slots, entry_pos, tables = launch_entry_slots(
         block_table, req_idx, entry, emit, page_size, ratio,
         freqs.contiguous() if in_kernel and freqs is not None else None,
