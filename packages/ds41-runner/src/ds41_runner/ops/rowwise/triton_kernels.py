@@ -166,7 +166,7 @@ def embed_rmsnorm_kernel(
     if MARK:
         # not (|x| < inf) holds for inf and NaN alike; -1: rowwise.naive.UNMARKED
         bad = tl.max(tl.where(ok & ~(tl.abs(x) < float("inf")), 1, 0), axis=0)
-        tl.store(first_ptr + row, tl.where(bad > 0, stage, -1))
+        tl.store(first_ptr + row, tl.where(bad > 0, stage, -1).to(tl.int64))
     y = _rms_scaled(x, w_ptr, cols, ok, D, eps)
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
 
