@@ -1,7 +1,7 @@
 """Count the kernel launches of one decode step of the runner's model, on the CPU.
 
     TRITON_INTERPRET=1 python scripts/count_launches.py [--preset flash_mini] [--batch 1,64]
-        [--context 256] [--mode bi]
+        [--context 256] [--mode bi] [--gpu-dispatch]
 
 Runs one `Model.forward` decode step (every row at position `--context`, synthetic cache
 history as `benchmarks/profile_step.py`) with the Triton backend under the interpreter and
@@ -9,6 +9,12 @@ counts every Triton kernel launch by kernel name (the matmul's two kernels are c
 being run: `SKIPPED`). The counts are those of the GPU step (the same dispatch decisions: the
 matmul plan looks at M and the weight's shape only; on sm_90 the Hopper Gluon attention kernel
 replaces the Triton one, one launch either way). Torch ops between launches are not counted.
+
+Calls that pass `backend="auto"` (or nothing) take the torch path on CPU tensors, so without
+`--gpu-dispatch` their kernels are missing from the count (the window cache's insert, the step's
+RoPE tables, parts of the indexer's paged top-k); `--gpu-dispatch` resolves "auto" to Triton as
+on CUDA tensors (`ds41_cache.backend.resolve_backend` patched in every loaded module), which is
+the launch sequence of the GPU step.
 Figures only: timing needs the H200 (`benchmarks/profile_step.py`).
 """
 
@@ -62,17 +68,37 @@ def count_step(preset: str, b: int, n: int, mode: str) -> Counter[str]:
     return Counter(LAUNCHES)
 
 
+def gpu_dispatch() -> None:
+    """Resolve `backend="auto"` to Triton as on CUDA tensors (see the module doc)."""
+    import sys
+
+    import ds41_cache.backend as be
+
+    orig = be.resolve_backend
+
+    def resolve(backend: str, device: torch.device) -> Any:
+        return "triton" if backend == "auto" else orig(backend, device)
+
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "resolve_backend", None) is orig:
+            mod.resolve_backend = resolve  # type: ignore[union-attr]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preset", default="flash_mini")
     ap.add_argument("--batch", default="1,64")
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--mode", default="bi")
+    ap.add_argument("--gpu-dispatch", action="store_true", help="count as on CUDA tensors")
     args = ap.parse_args(argv)
+    if args.gpu_dispatch:
+        gpu_dispatch()
     InterpretedFunction.run = _counted_run  # type: ignore[method-assign]
     for b in (int(v) for v in args.batch.split(",")):
         launches = count_step(args.preset, b, args.context, args.mode)
-        print(f"{args.preset} mode={args.mode} batch={b} context={args.context}: "
+        how = " gpu-dispatch" if args.gpu_dispatch else ""
+        print(f"{args.preset} mode={args.mode} batch={b} context={args.context}{how}: "
               f"{sum(launches.values())} Triton launches")  # fmt: skip
         for name, c in sorted(launches.items(), key=lambda kv_: (-kv_[1], kv_[0])):
             print(f"  {c:5d}  {name}")

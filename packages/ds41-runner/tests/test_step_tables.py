@@ -53,9 +53,20 @@ def test_shared_step_tables_give_the_bits_of_per_call_tables(device, monkeypatch
         return real(positions, freqs)
 
     monkeypatch.setattr(layers, "rope_cos_sin", counted)
+    # the entries' tables come with their slots (`ops.entries`: in its kernel on CUDA)
+    entry_tables = []
+    real_entries = layers.entry_slots_positions
+
+    def counted_entries(*args, **kw):  # type: ignore[no-untyped-def]
+        entry_tables.append(kw.get("freqs") is not None)
+        return real_entries(*args, **kw)
+
+    monkeypatch.setattr(layers, "entry_slots_positions", counted_entries)
     out, kv = _step(device)
-    # once per frequency class (0, 1) and once per compress ratio (2, 1), not per layer
-    assert len(calls) == 4
+    # the rows' tables once per frequency class (0, 1), the entries' once per compress
+    # ratio (2, 1), not per layer
+    assert len(calls) == 2
+    assert entry_tables == [True, False, True]  # kv sources 1, 2 (ratio 2), 3 (ratio 1)
     # The reference: no shared entry tables, so `insert` computes its own from the positions
     # (the path before the tables were shared).
     monkeypatch.setattr(layers.StepContext, "entry_cos_sin", lambda self, m, e, f: None)

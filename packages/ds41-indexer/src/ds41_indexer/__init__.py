@@ -8,7 +8,7 @@ from .candidates import candidate_blocks
 from .keys import rms_norm_rows, write_index_keys
 from .logits import index_logits
 from .paged import paged_index_topk
-from .queries import head_weights, index_queries, prepare_index_queries
+from .queries import head_weights, index_queries, index_queries_and_weights, prepare_index_queries
 from .topk import index_topk
 from .visible import visible_entries
 
@@ -17,6 +17,7 @@ __all__ = [
     "head_weights",
     "index_logits",
     "index_queries",
+    "index_queries_and_weights",
     "index_topk",
     "paged_index_topk",
     "prepare_index_queries",

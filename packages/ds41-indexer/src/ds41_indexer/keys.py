@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from ds41_cache.backend import resolve_backend
 from ds41_cache.compressor import rms_norm
+from ds41_cache.outputs import empty
 from ds41_cache.paged import PagedCache
+from ds41_cache.rope import rope_cos_sin
 
 from ._checks import check_index_cache, check_tensor
 
@@ -44,7 +47,9 @@ def write_index_keys(
     k_proj: [N, Di] bf16|f32 (= wk(latent)); norm_weight: [Di]; entries_pos: int [N] (= e*m,
     the RoPE position of entry e); freqs: f32 [R/2]; slots: int32|int64 [N] cache slots of the
     entries (-1 = skip). RMSNorm -> bf16 -> RoPE -> quantize to key_cache.fmt -> write.
-    `validate=False` skips the host-syncing slot checks of `ds41_cache.insert.insert`.
+    `validate=False` skips the host-syncing slot checks of `ds41_cache.insert.insert`; on the
+    Triton backend the norm and the write are then one launch (`ops/keys`) with the bits of
+    the two (the checks need the normed rows first, so a validated call runs them apart).
     `rope_tables`: `rope_cos_sin(entries_pos, freqs)` when the caller already holds them (a
     model step computes them once for all its layers), handed to `insert`, whose Triton kernel
     reads them instead of computing its own; they must be exactly those tables.
@@ -70,8 +75,29 @@ def write_index_keys(
     for name, v in (("entries_pos", entries_pos), ("slots", slots)):
         if v.shape[0] != n:
             raise ValueError(f"{name} must have shape {[n]}, got {list(v.shape)}")
-    from ds41_cache.insert import insert
+    from ds41_cache.insert import _check_insert, insert
 
+    if (
+        not validate
+        and n > 0
+        and resolve_backend(backend, k_proj.device) == "triton"
+        and k_proj.stride(1) == 1
+    ):
+        from .ops.keys.triton_kernels import fits, launch_norm_insert
+
+        if fits(key_cache, di):
+            # One launch (`ops/keys`): the bits of `rms_norm_rows` then `insert` below.
+            _check_insert(key_cache, k_proj, slots, entries_pos, freqs, rope_tables)
+            if rope_tables is None:
+                cos, sin = rope_cos_sin(entries_pos, freqs)
+            else:
+                cos, sin = rope_tables
+            normed = empty((n, di), torch.bfloat16, k_proj.device)
+            launch_norm_insert(
+                k_proj, norm_weight.contiguous(), float(eps), key_cache, slots.contiguous(),
+                cos.contiguous(), sin.contiguous(), normed,
+            )  # fmt: skip
+            return normed
     normed = rms_norm_rows(k_proj, norm_weight, eps, backend=backend)
     insert(
         key_cache,

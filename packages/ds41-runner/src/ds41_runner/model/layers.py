@@ -10,8 +10,9 @@ import torch
 from ds41_cache.paged import lookup_slots
 from ds41_cache.rope import rope_cos_sin, rope_inplace
 
+from ..ops.entries import entry_slots_positions
 from ..ops.linear import grouped_linear, linear
-from ..ops.norm import rmsnorm
+from ..ops.norm import rmsnorm, rmsnorm_pair
 from ..ops.swiglu import swiglu_gate
 from .config import LayerPlan, ModelConfig
 from .kv import KVState
@@ -57,6 +58,13 @@ class StepContext:
             self.entry_rope_tables[ratio] = rope_cos_sin(entry_pos, freqs)
         return self.entry_rope_tables[ratio]
 
+    paged_indices: dict[tuple[int, int | None], tuple[Any, ...]] = field(default_factory=dict)
+    """(ratio, top-k source layer) -> the step's `sparse_paged_indices` outputs. Their inputs
+    are the step's rows, the window block table, the window, the replay starts (the same for
+    every layer), the ratio's compressed block table and the top-k of the source layer: layers
+    that share a ratio and a top-k source (a Reuse layer and its source) read the same slots,
+    so the first of them computes them (one launch) and the others reuse them."""
+
 
 @dataclass
 class Runtime:
@@ -82,6 +90,11 @@ class Runtime:
 
     def norm(self, x: torch.Tensor, w: torch.Tensor, eps: float, **kw: Any) -> torch.Tensor:
         return rmsnorm(x, w, eps, backend=self.backend, **kw)
+
+    def norm_pair(
+        self, x1: torch.Tensor, w1: torch.Tensor, x2: torch.Tensor, w2: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return rmsnorm_pair(x1, w1, x2, w2, eps, backend=self.backend)
 
 
 def entry_slots(
@@ -115,13 +128,13 @@ def attention_block(
     ps = kv.page_size
 
     # `wq_a` and `wkv` read the same `x`: one launch over their concatenation (a row's
-    # columns are a function of that row alone), each norm reading its columns in place.
+    # columns are a function of that row alone); `q_norm` and `kv_norm` read their column
+    # ranges in place, in one launch (`rmsnorm_pair`: the bits of two `rmsnorm` calls).
     q_lora = lw.q_norm.shape[0]
     qkv = rt.lin(x, lw.wq_a_kv)
-    qr = rt.norm(qkv[:, :q_lora], lw.q_norm, eps)
+    qr, latent_kv = rt.norm_pair(qkv[:, :q_lora], lw.q_norm, qkv[:, q_lora:], lw.kv_norm, eps)
     # The projection's fresh output is rotated in place (bitwise `apply_rope`).
     q = rope_inplace(rt.lin(qr, lw.wq_b).view(t, h, d), cos, sin, backend=rt.backend)
-    latent_kv = rt.norm(qkv[:, q_lora:], lw.kv_norm, eps)
     insert(
         kv.window[layer], latent_kv, ctx.window_slots, positions=ctx.pos, freqs=freqs,
         rope_tables=(cos, sin), validate=ctx.validate,
@@ -145,11 +158,14 @@ def attention_block(
         comp_bt = None
         comp_cache = None
 
-    swa_slots, swa_lens, comp_slots, comp_lens = sparse_paged_indices(
-        ctx.req_idx, ctx.pos, kv.window_alloc.block_table, cfg.window, kv.replay_start,
-        topk, comp_bt, m, swa_page_size=ps, comp_page_size=ps, backend=rt.backend_literal,
-        validate=ctx.validate,
-    )  # fmt: skip
+    key = (m, plan.topk_source if m > 0 else None)
+    if key not in ctx.paged_indices:
+        ctx.paged_indices[key] = sparse_paged_indices(
+            ctx.req_idx, ctx.pos, kv.window_alloc.block_table, cfg.window, kv.replay_start,
+            topk, comp_bt, m, swa_page_size=ps, comp_page_size=ps, backend=rt.backend_literal,
+            validate=ctx.validate,
+        )  # fmt: skip
+    swa_slots, swa_lens, comp_slots, comp_lens = ctx.paged_indices[key]
     out, lse = rt.attention(
         q, kv.window[layer], swa_slots, swa_lens, comp_cache, comp_slots, comp_lens,
         lw.sink, cfg.scale, validate=ctx.validate,
@@ -200,10 +216,15 @@ def _compress(
         kv.compressors[layer], kv_c, score, ctx.req_idx, ctx.pos, lw.c_norm, cfg.rms_norm_eps,
         validate=ctx.validate, backend=rt.backend,
     )  # fmt: skip
-    slots = entry_slots(
-        kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size, rt.backend
-    )
-    entry_pos = (entry.clamp(min=0) * m).to(torch.int32)
+    # The entries' slots, positions `e * m` and (first kv source of the ratio in the step)
+    # their RoPE tables: one launch on the Triton backend (`ops.entries`, the same bits).
+    first = m not in ctx.entry_rope_tables
+    slots, entry_pos, fresh = entry_slots_positions(
+        kv.comp_alloc[m].block_table, ctx.req_idx, entry, emit, kv.page_size, m,
+        freqs=freqs if first else None, backend=rt.backend,
+    )  # fmt: skip
+    if fresh is not None:
+        ctx.entry_rope_tables[m] = fresh
     tables = ctx.entry_cos_sin(m, entry_pos, freqs)
     k_proj = rt.lin(latent, lw.wk_idx)
     write_index_keys(
@@ -234,17 +255,18 @@ def _index_topk(
     keys (masked by the published candidates on Reindex layers after the candidate source);
     the candidate source publishes its candidate-block mask. `tables`: the step's (cos, sin)
     at the rows' positions for `freqs` (the layer's query tables)."""
-    from ds41_indexer import head_weights, prepare_index_queries
+    from ds41_indexer import index_queries_and_weights
 
     kv = ctx.kv
     m = plan.ratio
     assert plan.kv_source is not None
     assert lw.wq_b_idx is not None and lw.weights_proj is not None
-    qi = prepare_index_queries(
-        rt.lin(qr, lw.wq_b_idx), ctx.pos, freqs, cfg.index_heads,
-        rope_tables=tables, backend=rt.backend, validate=ctx.validate,
+    # The queries' cast, RoPE and MXFP4 round trip and the head weights' scale: one launch
+    # on the Triton backend (the bits of `prepare_index_queries` and `head_weights`).
+    qi, w = index_queries_and_weights(
+        rt.lin(qr, lw.wq_b_idx), rt.lin(x, lw.weights_proj, out_dtype=torch.float32), ctx.pos,
+        freqs, cfg.index_heads, rope_tables=tables, backend=rt.backend, validate=ctx.validate,
     )  # fmt: skip
-    w = head_weights(rt.lin(x, lw.weights_proj, out_dtype=torch.float32), cfg.index_head_dim)
     key_cache = kv.index_keys[plan.kv_source]
     block_table = kv.comp_alloc[m].block_table
     cand = ctx.candidates if plan.masked_by_candidates else None

@@ -15,7 +15,7 @@ from ds41_cache.backend import canonical_device, resolve_backend
 from .. import components as comp
 from ..ops.linear import check_mode
 from ..ops.logits import log_softmax
-from ..ops.norm import UNMARKED, residual_rmsnorm
+from ..ops.norm import UNMARKED, embed_rmsnorm, residual_rmsnorm
 from ..ops.vocab import Pick, RowSampling
 from ..ops.vocab import pick as vocab_pick
 from .config import ModelConfig
@@ -247,15 +247,26 @@ class Model:
             kv.window_alloc.block_table, req_idx, pos, valid, kv.page_size, rt.backend
         )
         ctx = StepContext(req_idx, pos, valid, win_slots, kv, validate, capture=capture)
-        tok = torch.where(valid, tokens, torch.zeros_like(tokens)).clamp(0, cfg.vocab_size - 1)
-        x = self._embed(tok)
-        if nonfinite_stage is not None:
-            nonfinite_stage.fill_(NO_NONFINITE_STAGE)
         eps = cfg.rms_norm_eps
         # Each residual add, the non-finite mark of its sum and the next block's input norm
-        # run as one step (`residual_rmsnorm`: one launch on the Triton backend).
-        x, h = residual_rmsnorm(x, None, w.layers[0].attn_norm, eps, nonfinite=nonfinite_stage,
-                                stage=0, backend=rt.backend)  # fmt: skip
+        # run as one step (`residual_rmsnorm`: one launch on the Triton backend); the first
+        # step also picks the embedding rows (`embed_rmsnorm`), unless `_embed` is overridden
+        # (tensor parallelism gathers the rows).
+        h: torch.Tensor | None
+        if type(self)._embed is Model._embed:
+            x, h = embed_rmsnorm(
+                tokens, req_idx, w.embed, w.layers[0].attn_norm, eps, nonfinite=nonfinite_stage,
+                stage=0, backend=rt.backend,
+            )  # fmt: skip
+        else:
+            tok = torch.where(valid, tokens, torch.zeros_like(tokens)).clamp(0, cfg.vocab_size - 1)
+            x = self._embed(tok)
+            if nonfinite_stage is not None:
+                nonfinite_stage.fill_(NO_NONFINITE_STAGE)
+            x, h = residual_rmsnorm(
+                x, None, w.layers[0].attn_norm, eps, nonfinite=nonfinite_stage, stage=0,
+                backend=rt.backend,
+            )  # fmt: skip
         layers = list(zip(self.plans, w.layers, strict=True))
         for i, (plan, lw) in enumerate(layers):
             assert h is not None
@@ -263,15 +274,18 @@ class Model:
             x, h = residual_rmsnorm(x, attn, lw.mlp_norm, eps, nonfinite=nonfinite_stage,
                                     stage=1 + 2 * plan.layer, backend=rt.backend)  # fmt: skip
             assert h is not None
-            # The last block's sum is normed below, on the logit rows only.
-            nxt = layers[i + 1][1].attn_norm if i + 1 < len(layers) else None
+            # The last block's sum gets the final norm in the same launch (a row's norm is a
+            # function of that row alone, so norming every row and keeping the logit rows
+            # gives the bits of norming the logit rows).
+            nxt = layers[i + 1][1].attn_norm if i + 1 < len(layers) else w.final_norm
             x, h = residual_rmsnorm(x, mlp_block(lw, h, rt), nxt, eps, nonfinite=nonfinite_stage,
                                     stage=2 + 2 * plan.layer, backend=rt.backend)  # fmt: skip
             if capture is not None:
                 capture[f"hidden{plan.layer}"] = x
+        assert h is not None
         if logit_rows is not None:
-            x = x.index_select(0, logit_rows)
-        return rt.norm(x, w.final_norm, eps)
+            h = h.index_select(0, logit_rows)
+        return h
 
     def _embed(self, tok: torch.Tensor) -> torch.Tensor:
         """int64 `[T]` token ids in range -> bf16 `[T, hidden]` (a hook for tensor parallelism)."""

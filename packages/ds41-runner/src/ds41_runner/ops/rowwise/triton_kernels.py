@@ -62,6 +62,58 @@ def launch_rmsnorm(
 
 
 @triton.jit
+def _rmsnorm_row(x_ptr, w_ptr, out_ptr, row, D, stride_x, stride_o, eps, BLOCK_D: tl.constexpr):
+    # rmsnorm_kernel's body for one row: the same load, `_rms_scaled` and store.
+    cols = tl.arange(0, BLOCK_D)
+    ok = cols < D
+    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    y = _rms_scaled(x, w_ptr, cols, ok, D, eps)
+    tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def rmsnorm_pair_kernel(
+    x1_ptr, w1_ptr, out1_ptr, D1, stride_x1, stride_o1,
+    x2_ptr, w2_ptr, out2_ptr, D2, stride_x2, stride_o2, eps,
+    BLOCK_D1: tl.constexpr, BLOCK_D2: tl.constexpr,
+    GDC: tl.constexpr = False,
+):  # fmt: skip
+    enter_dependent(GDC)
+    # Two independent RMSNorms in one launch: program (row, 0) normalises row `row` of x1,
+    # program (row, 1) row `row` of x2, each exactly as rmsnorm_kernel (one program per row,
+    # its own width and block, the launch's warps those rmsnorm_kernel takes for both).
+    row = tl.program_id(0)
+    if tl.program_id(1) == 0:
+        _rmsnorm_row(x1_ptr, w1_ptr, out1_ptr, row, D1, stride_x1, stride_o1, eps, BLOCK_D1)
+    else:
+        _rmsnorm_row(x2_ptr, w2_ptr, out2_ptr, row, D2, stride_x2, stride_o2, eps, BLOCK_D2)
+
+
+def pair_warps_match(d1: int, d2: int) -> bool:
+    """Whether `launch_rmsnorm_pair` can norm widths `d1` and `d2` with the warps
+    `launch_rmsnorm` gives each (it launches once with one warp count)."""
+    return _norm_warps(triton.next_power_of_2(d1)) == _norm_warps(triton.next_power_of_2(d2))
+
+
+def launch_rmsnorm_pair(
+    x1: torch.Tensor, w1: torch.Tensor, out1: torch.Tensor,
+    x2: torch.Tensor, w2: torch.Tensor, out2: torch.Tensor, eps: float,
+) -> None:  # fmt: skip
+    """`launch_rmsnorm(x1, w1, eps, out1)` and `launch_rmsnorm(x2, w2, eps, out2)` (the same
+    row count, `pair_warps_match`) in one launch, with their bits."""
+    m, d1 = x1.shape
+    d2 = x2.shape[1]
+    b1, b2 = triton.next_power_of_2(d1), triton.next_power_of_2(d2)
+    assert _norm_warps(b1) == _norm_warps(b2)
+    rmsnorm_pair_kernel[(m, 2)](
+        x1, w1, out1, d1, x1.stride(0), out1.stride(0),
+        x2, w2, out2, d2, x2.stride(0), out2.stride(0), eps,
+        BLOCK_D1=b1, BLOCK_D2=b2, num_warps=_norm_warps(b1),
+        **dependent_launch(x1.device),
+    )  # fmt: skip
+
+
+@triton.jit
 def residual_rmsnorm_kernel(
     x_ptr, delta_ptr, w_ptr, sum_ptr, out_ptr, first_ptr, stage, D, stride_x, stride_d,
     stride_s, stride_o, eps,
@@ -90,6 +142,59 @@ def residual_rmsnorm_kernel(
         tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def embed_rmsnorm_kernel(
+    tok_ptr, req_ptr, emb_ptr, w_ptr, x_ptr, out_ptr, first_ptr, stage, V, D, stride_e,
+    stride_x, stride_o, eps,
+    BLOCK_D: tl.constexpr, MARK: tl.constexpr,
+    GDC: tl.constexpr = False,
+):  # fmt: skip
+    enter_dependent(GDC)
+    # One program per row: the embedding row of the row's token (0 on padding rows, clamped
+    # to the vocabulary, as the model's torch ops pick it) copied out, then
+    # residual_rmsnorm_kernel without a delta: the non-finite mark (over an unmarked row) and
+    # rmsnorm of the row.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    ok = cols < D
+    tok = tl.load(tok_ptr + row).to(tl.int64)
+    tok = tl.where(tl.load(req_ptr + row) >= 0, tok, 0)
+    tok = tl.minimum(tl.maximum(tok, 0), V - 1)
+    e = tl.load(emb_ptr + tok * stride_e + cols, mask=ok, other=0.0)
+    tl.store(x_ptr + row * stride_x + cols, e, mask=ok)
+    x = e.to(tl.float32)
+    if MARK:
+        # not (|x| < inf) holds for inf and NaN alike; -1: rowwise.naive.UNMARKED
+        bad = tl.max(tl.where(ok & ~(tl.abs(x) < float("inf")), 1, 0), axis=0)
+        tl.store(first_ptr + row, tl.where(bad > 0, stage, -1).to(tl.int64))
+    y = _rms_scaled(x, w_ptr, cols, ok, D, eps)
+    tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def launch_embed_rmsnorm(
+    tokens: torch.Tensor,
+    req_idx: torch.Tensor,
+    embed: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    x: torch.Tensor,
+    out: torch.Tensor,
+    first: torch.Tensor | None,
+    stage: int,
+) -> None:
+    """`tokens: int64 [M]`, `req_idx: int32 [M]`, `embed: bf16 [V, D]` (unit column stride)
+    -> `x: bf16 [M, D]` the rows, `out: [M, D]` their norm, `first: int64 [M]` the marks."""
+    m = tokens.shape[0]
+    v, d = embed.shape
+    block = triton.next_power_of_2(d)
+    embed_rmsnorm_kernel[(m,)](
+        tokens, req_idx, embed, w, x, out, x if first is None else first, stage, v, d,
+        embed.stride(0), x.stride(0), out.stride(0), eps,
+        BLOCK_D=block, MARK=first is not None, num_warps=_norm_warps(block),
+        **dependent_launch(x.device),
+    )  # fmt: skip
+
+
 def launch_residual_rmsnorm(
     x: torch.Tensor,
     delta: torch.Tensor | None,
@@ -114,6 +219,78 @@ def launch_residual_rmsnorm(
         num_warps=_norm_warps(block),
         **dependent_launch(x.device),
     )  # fmt: skip
+
+
+ENTRY_BLOCK = 128  # ds41_cache.ops.slots.triton_kernels.BLOCK
+
+
+@triton.jit
+def entry_slots_kernel(
+    bt_ptr, bt_stride0, bt_stride1, num_req, num_cols, req_ptr, entry_ptr, emit_ptr,
+    slots_ptr, epos_ptr, freqs_ptr, cos_ptr, sin_ptr, T, ratio,
+    PAGE: tl.constexpr, BLOCK: tl.constexpr, HALF_R: tl.constexpr, BLOCK_P: tl.constexpr,
+    TABLES: tl.constexpr,
+    GDC: tl.constexpr = False,
+):  # fmt: skip
+    enter_dependent(GDC)
+    # lookup_slots_kernel's slot (integer steps), the entry's position max(e, 0) * ratio as
+    # int32 (torch's clamp, product and cast), and rope_tables_kernel's tables at it.
+    rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = rows < T
+    req = tl.load(req_ptr + rows, mask=ok, other=-1).to(tl.int64)
+    pos = tl.load(entry_ptr + rows, mask=ok, other=-1).to(tl.int64)
+    need = tl.load(emit_ptr + rows, mask=ok, other=0) != 0
+    col = tl.maximum(pos, 0) // PAGE
+    in_table = (req >= 0) & (req < num_req) & (pos >= 0) & (col < num_cols)
+    page = tl.load(
+        bt_ptr + tl.maximum(req, 0) * bt_stride0 + col * bt_stride1,
+        mask=ok & need & in_table,
+        other=-1,
+    ).to(tl.int64)
+    have = need & in_table & (page >= 0)
+    tl.store(slots_ptr + rows, tl.where(have, page * PAGE + pos % PAGE, -1), mask=ok)
+    epos = (tl.maximum(pos, 0) * ratio).to(tl.int32)
+    tl.store(epos_ptr + rows, epos, mask=ok)
+    if TABLES:
+        k = tl.arange(0, BLOCK_P)
+        f = tl.load(freqs_ptr + k, mask=k < HALF_R, other=0.0)
+        angle = epos.to(tl.float32)[:, None] * f[None, :]
+        offs = rows[:, None] * HALF_R + k[None, :]
+        m = ok[:, None] & (k < HALF_R)[None, :]
+        tl.store(cos_ptr + offs, tl.math.cos(angle), mask=m)
+        tl.store(sin_ptr + offs, tl.math.sin(angle), mask=m)
+
+
+def launch_entry_slots(
+    block_table: torch.Tensor,
+    req_idx: torch.Tensor,
+    entry: torch.Tensor,
+    emit: torch.Tensor,
+    page_size: int,
+    ratio: int,
+    freqs: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """`ops.entries.entry_slots_positions` in one launch (T > 0); the tables only with
+    `freqs` (f32 [R/2] contiguous)."""
+    t = entry.shape[0]
+    dev = entry.device
+    slots = empty((t,), torch.int64, dev)
+    epos = empty((t,), torch.int32, dev)
+    tables = None
+    half_r = 1 if freqs is None else freqs.shape[0]
+    if freqs is not None:
+        tables = (empty((t, half_r), torch.float32, dev), empty((t, half_r), torch.float32, dev))
+    entry_slots_kernel[(triton.cdiv(t, ENTRY_BLOCK),)](
+        block_table, block_table.stride(0), block_table.stride(1), block_table.shape[0],
+        block_table.shape[1], req_idx.contiguous(), entry.contiguous(),
+        emit.contiguous().view(torch.uint8), slots, epos,
+        epos if freqs is None else freqs,
+        epos if tables is None else tables[0], epos if tables is None else tables[1],
+        t, ratio, PAGE=page_size, BLOCK=ENTRY_BLOCK, HALF_R=half_r,
+        BLOCK_P=triton.next_power_of_2(half_r), TABLES=freqs is not None, num_warps=4,
+        **dependent_launch(dev),
+    )  # fmt: skip
+    return slots, epos, tables
 
 
 VOCAB_BLOCK = 1024
