@@ -43,6 +43,29 @@ def _slot_rows(
 
 
 @triton.jit
+def rope_pairs(xe, xo, rows, ok, cos_ptr, sin_ptr, D: tl.constexpr, R: tl.constexpr,
+               QB: tl.constexpr, NG: tl.constexpr, NGROUPS: tl.constexpr,
+               ROUND_BF16: tl.constexpr):  # fmt: skip
+    """RoPE of the last R channels of rows' (even, odd) channel pairs [BN, NG, QB/2] from the
+    per-row tables cos / sin f32 [N, R/2]: the same products and sums as rope.rotate_pairs
+    (launch without FMA contraction), rounded to bf16 where the reference rounds the rotated
+    row back to a bf16 input (a NaN stays NaN: the integer rounding would turn some NaN
+    patterns into -0). Other channels and rows outside `ok` pass through."""
+    ce, g = pair_channels(QB, NG)
+    k = (ce >> 1) - (D - R) // 2  # pair index inside the rope part
+    is_rope = (k >= 0) & ok[:, None, None] & (g < NGROUPS)
+    tab = rows[:, None, None] * (R // 2) + k
+    c = tl.load(cos_ptr + tab, mask=is_rope, other=1.0)
+    s = tl.load(sin_ptr + tab, mask=is_rope, other=0.0)
+    ye = xe * c - xo * s
+    yo = xe * s + xo * c
+    if ROUND_BF16:
+        ye = tl.where(ye != ye, ye, bf16_round_f32(ye))
+        yo = tl.where(yo != yo, yo, bf16_round_f32(yo))
+    return tl.where(is_rope, ye, xe), tl.where(is_rope, yo, xo)
+
+
+@triton.jit
 def insert_kernel(
     x_ptr,
     slot_ptr,
@@ -77,21 +100,7 @@ def insert_kernel(
     )
     xe, xo = load_pairs(x_ptr, rows, ok, D, QB, NG, NGROUPS, X_BF16)
     if ROPE:
-        ce, g = pair_channels(QB, NG)
-        k = (ce >> 1) - (D - R) // 2  # pair index inside the rope part
-        is_rope = (k >= 0) & ok[:, None, None] & (g < NGROUPS)
-        tab = rows[:, None, None] * (R // 2) + k
-        c = tl.load(cos_ptr + tab, mask=is_rope, other=1.0)
-        s = tl.load(sin_ptr + tab, mask=is_rope, other=0.0)
-        # same products and sums as rope.rotate_pairs (no FMA contraction: see the launcher)
-        ye = xe * c - xo * s
-        yo = xe * s + xo * c
-        if X_BF16:  # the reference rounds the rotated row back to x.dtype before quantizing
-            # (a NaN stays NaN: the integer rounding would turn some NaN patterns into -0)
-            ye = tl.where(ye != ye, ye, bf16_round_f32(ye))
-            yo = tl.where(yo != yo, yo, bf16_round_f32(yo))
-        xe = tl.where(is_rope, ye, xe)
-        xo = tl.where(is_rope, yo, xo)
+        xe, xo = rope_pairs(xe, xo, rows, ok, cos_ptr, sin_ptr, D, R, QB, NG, NGROUPS, X_BF16)
     quantize_store(xe, xo, ok, data_row, scale_row, FMT, QB, NG, NGROUPS)
 
 

@@ -16,14 +16,12 @@ BLOCK = 128
 
 
 @triton.jit
-def lookup_slots_kernel(
-    bt_ptr, bt_stride0, bt_stride1, num_req, num_cols, req_ptr, pos_ptr, needed_ptr,
-    slots_ptr, missing_ptr, T, PAGE: tl.constexpr, BLOCK: tl.constexpr,
-    GDC: tl.constexpr = False,
-):  # fmt: skip
-    enter_dependent(GDC)
-    rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = rows < T
+def slot_of_rows(bt_ptr, bt_stride0, bt_stride1, num_req, num_cols, req_ptr, pos_ptr,
+                 needed_ptr, rows, ok, PAGE: tl.constexpr):  # fmt: skip
+    """(slot int64, needed, found, position int64) of `rows`: the block table's page of
+    (request, position) times PAGE plus the position's offset in it; -1 where the row is not
+    needed or the request, position, column or table entry is out of range (no load outside
+    the table)."""
     req = tl.load(req_ptr + rows, mask=ok, other=-1).to(tl.int64)
     pos = tl.load(pos_ptr + rows, mask=ok, other=-1).to(tl.int64)
     need = tl.load(needed_ptr + rows, mask=ok, other=0) != 0
@@ -35,7 +33,20 @@ def lookup_slots_kernel(
         other=-1,
     ).to(tl.int64)
     have = need & in_table & (page >= 0)
-    slot = tl.where(have, page * PAGE + pos % PAGE, -1)
+    return tl.where(have, page * PAGE + pos % PAGE, -1), need, have, pos
+
+
+@triton.jit
+def lookup_slots_kernel(
+    bt_ptr, bt_stride0, bt_stride1, num_req, num_cols, req_ptr, pos_ptr, needed_ptr,
+    slots_ptr, missing_ptr, T, PAGE: tl.constexpr, BLOCK: tl.constexpr,
+    GDC: tl.constexpr = False,
+):  # fmt: skip
+    enter_dependent(GDC)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = rows < T
+    slot, need, have, _pos = slot_of_rows(bt_ptr, bt_stride0, bt_stride1, num_req, num_cols,
+                                          req_ptr, pos_ptr, needed_ptr, rows, ok, PAGE)  # fmt: skip
     tl.store(slots_ptr + rows, slot, mask=ok)
     tl.store(missing_ptr + rows, (need & ~have).to(tl.uint8), mask=ok)
 

@@ -19,17 +19,15 @@ import triton.language as tl
 
 from ds41_cache.ops.codec.triton_jit import (
     bf16_bits_to_f32,
-    bf16_round_f32,
     f32_to_bf16_store_bits,
 )
 from ds41_cache.ops.codec.triton_kernels import (
     FMT_IDS,
-    pair_channels,
     quantize_store,
     rows_per_program,
     tile_geometry,
 )
-from ds41_cache.ops.insert.triton_kernels import _slot_rows
+from ds41_cache.ops.insert.triton_kernels import _slot_rows, rope_pairs
 from ds41_cache.ops.launch import dependent_launch, enter_dependent
 from ds41_cache.ops.norm.triton_kernels import load_f32, rms_norm_tile
 from ds41_cache.paged import PagedCache
@@ -62,18 +60,7 @@ def norm_insert_kernel(
     data_row, scale_row = _slot_rows(
         storage_ptr, tl.maximum(slot, 0), page_stride, PS, DATA_BYTES, SCALE_BYTES
     )
-    ce, g = pair_channels(QB, NG)
-    k = (ce >> 1) - (D - R) // 2  # pair index inside the rope part
-    is_rope = (k >= 0) & ok[:, None, None] & (g < NGROUPS)
-    tab = rows[:, None, None] * (R // 2) + k
-    c = tl.load(cos_ptr + tab, mask=is_rope, other=1.0)
-    s = tl.load(sin_ptr + tab, mask=is_rope, other=0.0)
-    ye = xe * c - xo * s
-    yo = xe * s + xo * c
-    ye = tl.where(ye != ye, ye, bf16_round_f32(ye))
-    yo = tl.where(yo != yo, yo, bf16_round_f32(yo))
-    xe = tl.where(is_rope, ye, xe)
-    xo = tl.where(is_rope, yo, xo)
+    xe, xo = rope_pairs(xe, xo, rows, ok, cos_ptr, sin_ptr, D, R, QB, NG, NGROUPS, True)
     quantize_store(xe, xo, ok, data_row, scale_row, FMT, QB, NG, NGROUPS)
 
 

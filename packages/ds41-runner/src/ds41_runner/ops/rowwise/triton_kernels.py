@@ -10,6 +10,7 @@ import triton.language as tl
 
 from ds41_cache.ops.codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
 from ds41_cache.ops.launch import dependent_launch, enter_dependent
+from ds41_cache.ops.slots.triton_kernels import slot_of_rows
 from ds41_cache.outputs import empty
 
 
@@ -237,18 +238,9 @@ def entry_slots_kernel(
     # int32 (torch's clamp, product and cast), and rope_tables_kernel's tables at it.
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = rows < T
-    req = tl.load(req_ptr + rows, mask=ok, other=-1).to(tl.int64)
-    pos = tl.load(entry_ptr + rows, mask=ok, other=-1).to(tl.int64)
-    need = tl.load(emit_ptr + rows, mask=ok, other=0) != 0
-    col = tl.maximum(pos, 0) // PAGE
-    in_table = (req >= 0) & (req < num_req) & (pos >= 0) & (col < num_cols)
-    page = tl.load(
-        bt_ptr + tl.maximum(req, 0) * bt_stride0 + col * bt_stride1,
-        mask=ok & need & in_table,
-        other=-1,
-    ).to(tl.int64)
-    have = need & in_table & (page >= 0)
-    tl.store(slots_ptr + rows, tl.where(have, page * PAGE + pos % PAGE, -1), mask=ok)
+    slot, _need, _have, pos = slot_of_rows(bt_ptr, bt_stride0, bt_stride1, num_req, num_cols,
+                                           req_ptr, entry_ptr, emit_ptr, rows, ok, PAGE)  # fmt: skip
+    tl.store(slots_ptr + rows, slot, mask=ok)
     epos = (tl.maximum(pos, 0) * ratio).to(tl.int32)
     tl.store(epos_ptr + rows, epos, mask=ok)
     if TABLES:
