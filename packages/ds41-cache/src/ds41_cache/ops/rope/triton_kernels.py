@@ -58,12 +58,20 @@ def rope_tables_kernel(
     GDC: tl.constexpr = False,
 ):  # fmt: skip
     enter_dependent(GDC)
-    # The reference's operations: float32(pos) (round to nearest), one fp32 product, then
-    # libdevice cos and sin (what torch's CUDA cos/sin call).
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    k = tl.arange(0, BLOCK_P)
-    ok = (rows < N)[:, None] & (k < HALF_R)[None, :]
     p = tl.load(pos_ptr + rows, mask=rows < N, other=0).to(tl.float32)
+    rope_table_rows(p, rows, rows < N, freqs_ptr, cos_ptr, sin_ptr, HALF_R, BLOCK_P)
+
+
+@triton.jit
+def rope_table_rows(p, rows, row_ok, freqs_ptr, cos_ptr, sin_ptr, HALF_R: tl.constexpr,
+                    BLOCK_P: tl.constexpr):  # fmt: skip
+    # The reference's operations on float32 positions `p` (rounded to nearest from the
+    # integers): one fp32 product, then libdevice cos and sin (what torch's CUDA cos/sin
+    # call), stored as rows `rows` of the [N, HALF_R] tables (also the runner's
+    # entry_slots_kernel).
+    k = tl.arange(0, BLOCK_P)
+    ok = row_ok[:, None] & (k < HALF_R)[None, :]
     f = tl.load(freqs_ptr + k, mask=k < HALF_R, other=0.0)
     angle = p[:, None] * f[None, :]
     offs = rows[:, None] * HALF_R + k[None, :]

@@ -10,6 +10,8 @@ import triton.language as tl
 
 from ds41_cache.ops.codec.triton_jit import bf16_bits_to_f32, f32_to_bf16_store_bits
 from ds41_cache.ops.launch import dependent_launch, enter_dependent
+from ds41_cache.ops.rope.triton_kernels import rope_table_rows
+from ds41_cache.ops.slots.triton_kernels import BLOCK as ENTRY_BLOCK
 from ds41_cache.ops.slots.triton_kernels import slot_of_rows
 from ds41_cache.outputs import empty
 
@@ -36,7 +38,13 @@ def rmsnorm_kernel(
     GDC: tl.constexpr = False,
 ):
     enter_dependent(GDC)
-    row = tl.program_id(0)
+    _rmsnorm_row(x_ptr, w_ptr, out_ptr, tl.program_id(0), D, stride_x, stride_o, eps, BLOCK_D)
+
+
+@triton.jit
+def _rmsnorm_row(x_ptr, w_ptr, out_ptr, row, D, stride_x, stride_o, eps, BLOCK_D: tl.constexpr):
+    # One row of x normalised into out: rmsnorm_kernel's body, and each half of
+    # rmsnorm_pair_kernel's.
     cols = tl.arange(0, BLOCK_D)
     ok = cols < D
     x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
@@ -60,16 +68,6 @@ def launch_rmsnorm(
         **dependent_launch(x.device),
     )  # fmt: skip
     return out
-
-
-@triton.jit
-def _rmsnorm_row(x_ptr, w_ptr, out_ptr, row, D, stride_x, stride_o, eps, BLOCK_D: tl.constexpr):
-    # rmsnorm_kernel's body for one row: the same load, `_rms_scaled` and store.
-    cols = tl.arange(0, BLOCK_D)
-    ok = cols < D
-    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
-    y = _rms_scaled(x, w_ptr, cols, ok, D, eps)
-    tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -222,9 +220,6 @@ def launch_residual_rmsnorm(
     )  # fmt: skip
 
 
-ENTRY_BLOCK = 128  # ds41_cache.ops.slots.triton_kernels.BLOCK
-
-
 @triton.jit
 def entry_slots_kernel(
     bt_ptr, bt_stride0, bt_stride1, num_req, num_cols, req_ptr, entry_ptr, emit_ptr,
@@ -244,13 +239,7 @@ def entry_slots_kernel(
     epos = (tl.maximum(pos, 0) * ratio).to(tl.int32)
     tl.store(epos_ptr + rows, epos, mask=ok)
     if TABLES:
-        k = tl.arange(0, BLOCK_P)
-        f = tl.load(freqs_ptr + k, mask=k < HALF_R, other=0.0)
-        angle = epos.to(tl.float32)[:, None] * f[None, :]
-        offs = rows[:, None] * HALF_R + k[None, :]
-        m = ok[:, None] & (k < HALF_R)[None, :]
-        tl.store(cos_ptr + offs, tl.math.cos(angle), mask=m)
-        tl.store(sin_ptr + offs, tl.math.sin(angle), mask=m)
+        rope_table_rows(epos.to(tl.float32), rows, ok, freqs_ptr, cos_ptr, sin_ptr, HALF_R, BLOCK_P)
 
 
 def launch_entry_slots(
