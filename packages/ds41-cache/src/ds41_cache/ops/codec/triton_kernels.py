@@ -89,6 +89,23 @@ def finite_or_saturated(x):
 
 
 @triton.jit
+def mxfp4_codes(xe, xo, amax):
+    """MXFP4 codes of finite pair tiles `[BN, NG, QB/2]` with their block maxima `amax` [BN,
+    NG]: (bytes, low nibble the even channel's e2m1 code and high nibble the odd one's, and the
+    block exponent e, stored as the ue8m0 byte e + 127). `quantize_store`'s MXFP4 branch, and
+    the index queries' round trip in registers (`ds41_indexer.ops.queries`)."""
+    q = tl.div_rn(tl.maximum(amax, 7.052966104933725e-38), tl.full(amax.shape, 6.0, tl.float32))
+    # amax/6 lies in [2^-126, 2^126), so e and -e stay inside pow2_f32's range.
+    e = tl.minimum(tl.maximum(ceil_log2_f32(q), -127), 127)
+    sc = pow2_f32(-e)[:, :, None]
+    # codes saturate at 3 where e = 126 so the record stays finite (naive.E2M1_TOP_*)
+    lim = tl.where(e >= 126, 3.0, 6.0)[:, :, None]
+    lo = f32_to_e2m1(tl.minimum(tl.maximum(xe * sc, -lim), lim))
+    hi = f32_to_e2m1(tl.minimum(tl.maximum(xo * sc, -lim), lim))
+    return lo | (hi << 4), e
+
+
+@triton.jit
 def quantize_store(
     xe,
     xo,
@@ -135,15 +152,8 @@ def quantize_store(
         tl.store(dptr + (ce >> 1), (lo | (hi << 4)).to(tl.uint8), mask=m)
         tl.store(scale_row[:, None] + g2, s_code.to(tl.uint8), mask=m2)
     elif FMT == 2:  # mxfp4
-        q = tl.div_rn(tl.maximum(amax, 7.052966104933725e-38), tl.full(amax.shape, 6.0, tl.float32))
-        # amax/6 lies in [2^-126, 2^126), so e and -e stay inside pow2_f32's range.
-        e = tl.minimum(tl.maximum(ceil_log2_f32(q), -127), 127)
-        sc = pow2_f32(-e)[:, :, None]
-        # codes saturate at 3 where e = 126 so the record stays finite (naive.E2M1_TOP_*)
-        lim = tl.where(e >= 126, 3.0, 6.0)[:, :, None]
-        lo = f32_to_e2m1(tl.minimum(tl.maximum(xe * sc, -lim), lim))
-        hi = f32_to_e2m1(tl.minimum(tl.maximum(xo * sc, -lim), lim))
-        tl.store(dptr + (ce >> 1), (lo | (hi << 4)).to(tl.uint8), mask=m)
+        codes, e = mxfp4_codes(xe, xo, amax)
+        tl.store(dptr + (ce >> 1), codes.to(tl.uint8), mask=m)
         tl.store(scale_row[:, None] + g2, (e + 127).to(tl.uint8), mask=m2)
     elif FMT == 3:  # fp8_index: one fp32 power-of-two scale per row
         ramax = tl.maximum(tl.max(amax, axis=1), 1e-4)  # [BN]

@@ -20,16 +20,14 @@ import triton.language as tl
 
 from ds41_cache.ops.codec.triton_jit import (
     bf16_bits_to_f32,
-    ceil_log2_f32,
     f32_to_bf16_bits,
     f32_to_bf16_store_bits,
-    f32_to_e2m1,
-    pow2_f32,
     ue8m0_to_f32,
 )
 from ds41_cache.ops.codec.triton_kernels import (
     _signed_e2m1,
     finite_or_saturated,
+    mxfp4_codes,
     pair_channels,
     rows_per_program,
     tile_geometry,
@@ -45,13 +43,8 @@ def _mxfp4_round_trip(xe, xo, QB: tl.constexpr):
     xe = finite_or_saturated(xe)
     xo = finite_or_saturated(xo)
     amax = tl.max(tl.maximum(tl.abs(xe), tl.abs(xo)), axis=2)  # [BN, NG]
-    q = tl.div_rn(tl.maximum(amax, 7.052966104933725e-38), tl.full(amax.shape, 6.0, tl.float32))
-    e = tl.minimum(tl.maximum(ceil_log2_f32(q), -127), 127)
-    sc = pow2_f32(-e)[:, :, None]
-    lim = tl.where(e >= 126, 3.0, 6.0)[:, :, None]
-    lo = f32_to_e2m1(tl.minimum(tl.maximum(xe * sc, -lim), lim))
-    hi = f32_to_e2m1(tl.minimum(tl.maximum(xo * sc, -lim), lim))
-    byte = (lo | (hi << 4)).to(tl.uint8).to(tl.int32)
+    codes, e = mxfp4_codes(xe, xo, amax)
+    byte = codes.to(tl.uint8).to(tl.int32)
     sf = ue8m0_to_f32((e + 127).to(tl.uint8))[:, :, None]
     return _signed_e2m1(byte & 15) * sf, _signed_e2m1(byte >> 4) * sf
 
