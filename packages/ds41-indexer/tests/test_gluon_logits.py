@@ -73,7 +73,9 @@ def _mixed(seed: int, rows: int, page_size: int = 64):
 
 def _edges(seed: int):
     """Di 128 keys with pages whose scale bytes sit at and past the fp16 path's range, and rows
-    whose queries are outside it (a head with elements 2^40 apart), so both kernels run."""
+    whose queries are outside it (a head with elements 2^40 apart), so both kernels run; rows
+    whose logits are +inf (a weight of 2^110 on queries near 2^20) or NaN (a NaN weight), group
+    maxima included."""
     sc, q, w, req, pos = _mixed(seed, 40)
     view = sc.cache.scale_view()
     table = sc.block_table
@@ -92,6 +94,12 @@ def _edges(seed: int):
     q[3, 5, 0] = 2.0**20  # head 5 of row 3 spans 2^40: not exact in fp16 after scaling
     q[3, 5, 1:] = q[3, 5, 1:] * 2.0**-20
     q[9, :, :] = 0  # all-zero queries
+    # rows 13 and 11 (live): head 7 with queries near 2^20 and a weight of 2^110 (its logits
+    # overflow to +inf), head 3 with a NaN weight
+    q[13, 7, :] = q[13, 7, :] * 2.0**20
+    w = w.clone()
+    w[13, 7] = 2.0**110
+    w[11, 3] = float("nan")
     return sc, q, w, req, pos
 
 
@@ -138,6 +146,8 @@ def test_gluon_equals_triton_bitwise(case: str) -> None:
     assert int(done.sum()) > done.numel() // 2
     if case == "edges":
         assert int((done == 0).sum()) > 0
+        assert bool(torch.isnan(out_g[11, : int(pos[11]) + 1]).all())
+        assert bool(torch.isposinf(out_g[13, : int(pos[13]) + 1]).any())
 
 
 @pytest.mark.gpu

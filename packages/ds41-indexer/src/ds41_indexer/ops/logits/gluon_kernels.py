@@ -39,9 +39,10 @@ cp.async waits, barriers and waited tensor-core groups, not by memory or the dec
   barrier of its 4 warps), decodes, runs the two tensor-core products and the epilogue (mask,
   store, group maximum). The column masks are int32 compares of the tile's rows against
   tile-relative bounds (written on the columns, the compiler widens them to 64 bits).
-- the group maxima: each warp's largest key of its 16 entries goes to a register slot per tile;
-  the maximum over the 4 warps is taken once every 32 tiles and each consumer stores its own
-  tiles' maxima (no shared memory or barrier per tile, where the Triton kernel has both).
+- the group maxima: each warp's largest logit of its 16 entries goes to a register slot per
+  tile (NaN-propagating maximum); the keys and the maximum over the 4 warps are taken once
+  every 32 tiles and each consumer stores its own tiles' maxima (no shared memory, barrier or
+  key conversion per tile, where the Triton kernel has all three).
 - a program takes TILES = 16, 32, 64 or 128 tiles (one to eight spans; one `done` flag per
   span, from the producer's range bits and the row's query test; the flags of one program
   are the bits of one int32, so at most 512 tiles); `gluon_launch.gluon_config` picks the
@@ -57,6 +58,7 @@ waits for the previous kernel of the stream and lets the next launch be placed, 
 warps before `warp_specialize` starts the other partitions.
 """
 
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -97,7 +99,7 @@ def _raw_layout():
     # l + 4 of every block (bytes 2l, 2l + 1, 2l + 8, 2l + 9: K 2l, 2l + 1, 2l + 8, 2l + 9 of
     # the block's k16 step); the register order makes join + reshape the A layout exactly.
     return gl.DistributedLinearLayout(
-        reg_bases=[[8, 0, 0], [0, 0, 4], [0, 1, 0], [0, 2, 0]],
+        reg_bases=[[0, 0, 4], [8, 0, 0], [0, 1, 0], [0, 2, 0]],
         lane_bases=[[0, 0, 1], [0, 0, 2], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
         warp_bases=[[16, 0, 0], [32, 0, 0]],
         block_bases=[],
@@ -117,7 +119,7 @@ def _data_smem_layout():
 def _raw_smem_layout():
     # the same bytes as int16 [64, 4 blocks, 8 pairs] (offset bits -> [entry, block, pair])
     return gl.SharedLinearLayout(
-        offset_bases=[[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 1, 0], [0, 2, 0], [1, 0, 0],
+        offset_bases=[[0, 0, 4], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 2, 0], [1, 0, 0],
                       [2, 1, 0], [4, 2, 0], [8, 0, 0], [16, 0, 0], [32, 0, 0]],
     )  # fmt: skip
 
@@ -204,6 +206,11 @@ def _score_to_key(x):
 @gluon.jit
 def _bit_or(a, b):
     return a | b
+
+
+@gluon.jit
+def _max_nan(a, b):
+    return gl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
 @gluon.jit
@@ -362,7 +369,9 @@ def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, q_smem, q
     h = gl.arange(0, HI_PAD, layout=gl.SliceLayout(1, ql))
     hm = h < HI
     d = gl.arange(0, DI // 2, layout=gl.SliceLayout(0, ql))
-    at = q_ptr + t * q_stride_t + h[:, None] * q_stride_h + 2 * d[None, :]
+    kp = (d // 2) % 8
+    byte = (d // 16) * 16 + 2 * (2 * (kp % 4) + kp // 4) + d % 2
+    at = q_ptr + t * q_stride_t + h[:, None] * q_stride_h + 2 * byte[None, :]
     qe = gl.load(at, mask=hm[:, None], other=0.0).to(gl.float32)
     qo = gl.load(at + 1, mask=hm[:, None], other=0.0).to(gl.float32)
     amax = gl.maximum(gl.max(gl.abs(qe), axis=1), gl.max(gl.abs(qo), axis=1))
@@ -452,7 +461,9 @@ def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, x
     lim = gl.minimum(n_cols, n_vis - entry_base)
     gml: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
     slot = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
-    gslots = gl.zeros([4, 32], gl.uint32, gml)
+    gslots = gl.zeros([4, 32], gl.float32, gml)
+    # the first entry of each warp's 16 (the rows of gslots)
+    warp_row = gl.arange(0, 4, layout=gl.SliceLayout(1, gml)) * (BLOCK_N // 4)
     # blocks of BT tiles: the group maxima of a block are stored after it (register slots)
     BT: gl.constexpr = TILES if TILES < 32 else 32
     for b0 in range(0, TILES, BT):
@@ -472,10 +483,8 @@ def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, x
             lw, hw = _e2m1_pair_f16(raw, fac)
             l0, l1 = _f16x2_halves(lw)
             h0, h1 = _f16x2_halves(hw)
-            lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op,
-                                   assert_trivial=True)  # fmt: skip
-            hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op,
-                                   assert_trivial=True)  # fmt: skip
+            lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op)
+            hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op)
             # the Triton kernel's two dots: the same instructions in the same order, issued
             # back to back (one wait)
             acc = warpgroup_mma(lo, qlo, zero, is_async=True)
@@ -506,17 +515,20 @@ def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, x
             else:
                 gl.store(out_at + lane_rows, logit, mask=in_row)
             if HAS_GMAX:
-                # each warp's largest key of its 16 entries, kept in register slot i - b0 (lanes
-                # hold the slots): the maximum over the warps is taken once after the block, so
-                # no barrier is needed per tile
-                key = gl.where(valid, _score_to_key(logit), 0)
-                kw = gl.convert_layout(gl.max(gl.reshape(key, [4, BLOCK_N // 4]), axis=1),
-                                       gl.SliceLayout(1, gml))  # fmt: skip
+                # each warp's largest logit of its 16 entries, kept in register slot i - b0
+                # (lanes hold the slots); keys, visibility and the maximum over the warps come
+                # once after the block, so no barrier and no key conversion is needed per tile
+                lw = gl.reduce(gl.reshape(logit, [4, BLOCK_N // 4]), 1, _max_nan)
+                kw = gl.convert_layout(lw, gl.SliceLayout(1, gml))
                 gslots = gl.where(slot[None, :] == i - b0, kw[:, None], gslots)
         if HAS_GMAX:
-            # this consumer's tiles of the block (slot i - b0 holds tile i's maximum): the
-            # maxima over the warps
-            gk = gl.max(gslots, axis=0)
+            # this consumer's tiles of the block (slot i - b0 holds tile i's maxima): the key of
+            # a warp's largest logit is its largest key (the key order is the logits' order,
+            # NaN above all as the NaN-propagating maximum keeps it; the entries past the
+            # visible ones hold -inf), 0 for a warp with no visible entry (its first entry is
+            # not visible: the visible entries are a prefix), then the maxima over the warps
+            first = c_first + (b0 + slot[None, :]) * BLOCK_N + warp_row[:, None]
+            gk = gl.max(gl.where(first < lim, _score_to_key(gslots), 0), axis=0)
             g = c_first // BLOCK_N + b0 + slot
             gkeep = (slot < BT) & (slot % NC == CID) & (g * BLOCK_N < n_cols)
             gl.store(gmax_ptr + t * gmax_stride_t + g, gk.to(gl.int32, bitcast=True),

@@ -12,9 +12,10 @@ s_b); let m = max_b s_b. A nibble placed as the e4m3 byte `sign << 7 | mag << 2`
 e2m1 value times 2^-6; the hardware converts e4m3 pairs to fp16 and one packed multiply by
 2^(s_b - m + 15) gives fp16 keys k' = k * 2^(136 - m), exact while s_b >= m - 32 (subnormal fp16
 down to 2^-24). The queries are split the same way, even channels (low nibbles) and odd ones
-(high nibbles), and each head h is scaled by a power of two 2^-e_h that puts its largest |q| in
-[2^14, 2^15), exact in fp16 when no query element is more than ~2^32 below its head's largest.
-The products `k' . q'` (two fp16 tensor-core dots of Di/2 channels, fp32 accumulation) are the
+(high nibbles), in the operand order of the keys' bytes (`_key_byte`: the byte pairs of a block
+permuted so that a Hopper operand thread's four bytes are adjacent), and each head h is scaled
+by a power of two 2^-e_h that puts its largest |q| in [2^14, 2^15), exact in fp16 when no
+query element is more than ~2^32 below its head's largest. The products `k' . q'` (two fp16 tensor-core dots of Di/2 channels, fp32 accumulation) are the
 true ones times 2^(136 - m - e_h): ReLU commutes with that power of two, the head weights take
 2^e_h (w' = w * 2^e_h) and the key's factor 2^(m - 136) multiplies the head sum, so the result is
 the fp32 evaluation of the same sum (a power-of-two scale commutes with rounding in the normal
@@ -161,6 +162,21 @@ def _e2m1_pair_f32(raw, fac):
 
 
 @triton.jit
+def _pair_at(pair):
+    """Memory pair (2 bytes) of a block that holds operand pair `pair` (0..7): the pairs a
+    tensor-core operand thread takes, p and p + 4 (K 2p, 2p + 1, 2p + 8, 2p + 9 of a k16 step),
+    are adjacent bytes 4p..4p + 3, so the Gluon kernel loads them in one 4-byte load."""
+    return 2 * (pair % 4) + pair // 4
+
+
+@triton.jit
+def _key_byte(k):
+    """Key byte (its low nibble: the even channel, high nibble: the odd) at operand column k of
+    the fp16 path's two dots: blocks of 16 bytes in order, pairs permuted by `_pair_at`."""
+    return (k // 16) * 16 + 2 * _pair_at((k // 2) % 8) + k % 2
+
+
+@triton.jit
 def _pow2_bits(e):
     """2**e as fp32 for an int32 tensor e in [-126, 127] (exponent bits)."""
     return ((e + 127) << 23).to(tl.float32, bitcast=True)
@@ -173,11 +189,10 @@ def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, HI, HI_PA
     2^e_h (f32 [HI_PAD]); and whether every scaled query is exact in fp16 with e_h in range."""
     h = tl.arange(0, HI_PAD)
     hm = h < HI
-    d = tl.arange(0, DI)
-    q = tl.load(
-        q_ptr + t * q_stride_t + h[:, None] * q_stride_h + d[None, :], mask=hm[:, None], other=0.0
-    )
-    qe, qo = tl.split(tl.reshape(q.to(tl.float32), (HI_PAD, DI // 2, 2)))
+    # operand column k holds the even (qe) and odd (qo) channel of key byte _key_byte(k)
+    at = q_ptr + t * q_stride_t + h[:, None] * q_stride_h + 2 * _key_byte(tl.arange(0, DI // 2))
+    qe = tl.load(at, mask=hm[:, None], other=0.0).to(tl.float32)
+    qo = tl.load(at + 1, mask=hm[:, None], other=0.0).to(tl.float32)
     amax = tl.maximum(tl.max(tl.abs(qe), axis=1), tl.max(tl.abs(qo), axis=1))
     ex = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     ex = tl.where(amax == 0.0, 14, ex)
@@ -200,8 +215,9 @@ def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, HI, HI_PA
 
 @triton.jit
 def _load_mxfp4_tile(cache_ptr, row_at, scale_at, readable, DI: tl.constexpr):
-    """Raw MXFP4 keys of one tile: (packed byte pairs int16 [BLOCK_N, DI/32, 8], ue8m0 scale
-    bytes uint8 [BLOCK_N, DI/32]); rows not readable load zeros (scale byte 127).
+    """Raw MXFP4 keys of one tile: (packed byte pairs int16 [BLOCK_N, DI/32, 8], operand pair
+    p of a block read from its memory pair `_pair_at(p)`; ue8m0 scale bytes uint8 [BLOCK_N,
+    DI/32]); rows not readable load zeros (scale byte 127).
 
     The data is read in 2-byte elements: a thread's tensor-core operand holds consecutive pairs
     of channels (two bytes of one key), so an element is one of its operand's halves and no
@@ -216,6 +232,9 @@ def _load_mxfp4_tile(cache_ptr, row_at, scale_at, readable, DI: tl.constexpr):
         mask=readable[:, None, None],
         other=0,
     )
+    # contiguous loads, then operand pair p = 4b + a takes memory pair 2a + b (`_pair_at`)
+    n: tl.constexpr = raw.shape[0]
+    raw = tl.reshape(tl.permute(tl.reshape(raw, (n, NB, 4, 2)), (0, 1, 3, 2)), (n, NB, 8))
     sc = tl.load(cache_ptr + scale_at[:, None] + blk[None, :], mask=readable[:, None], other=127)
     return raw, sc
 

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Lead, thirteenth session, call 3: the Gluon logits kernel reading its key bytes with ldmatrix (operand byte pairs permuted, both kernels)
+# and with the group maxima as float maxima
+# (keys once a block): indexer gpu tests on the new tree, bench base (HEAD 8b426b6, .dev_base)
+# vs new, a second short pair in the other order, no runner suite (it
+# ran in call 2).
+# carry [".whl", ".dev_base", ".dev_lead/s13_call3.sh"], timeout_s ~600.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONUNBUFFERED=1; unset TRITON_INTERPRET
+R=$OUT; t0=$(date +%s); root=$PWD
+el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+src() { echo "/tmp/site:$1/packages/ds41-cache/src:$1/packages/ds41-indexer/src:$1/packages/ds41-attention/src:$1/packages/ds41-runner/src"; }
+{
+el "indexer gpu tests (new)"
+PYTHONPATH=$(src $root) timeout 200 python3 -m pytest -q -rfE -m gpu -n 4 -p no:cacheprovider packages/ds41-indexer/tests > $R/indexer_gpu_s13c3.log 2>&1; echo "indexer gpu rc=$?"; grep -E "^(FAILED|ERROR)|Error" $R/indexer_gpu_s13c3.log | head; tail -1 $R/indexer_gpu_s13c3.log
+for t in base new; do
+  d=$root; [ $t = base ] && d=$root/.dev_base
+  el "indexer bench $t"
+  (cd $d && PYTHONPATH=$(src $d) timeout 100 python3 -m ds41_indexer.bench --json $R/indexer_bench_s13c3_$t.json > $R/indexer_bench_s13c3_$t.log 2>&1; echo "rc=$?")
+done
+for t in new base; do
+  d=$root; [ $t = base ] && d=$root/.dev_base
+  el "indexer bench short $t"
+  (cd $d && PYTHONPATH=$(src $d) timeout 60 python3 -m ds41_indexer.bench --contexts 32768,131072,1048576 --rows 1,64,256 > $R/indexer_bench_s13c3_short_$t.log 2>&1; echo "rc=$?")
+done
+el "all done"
+for t in base new; do echo "== bench $t"; tail -17 $R/indexer_bench_s13c3_$t.log | cut -c1-112; done
+for t in new base; do echo "== short $t"; tail -9 $R/indexer_bench_s13c3_short_$t.log | cut -c1-112; done
+} 2>&1 | tee $R/lead_s13_call3.log
