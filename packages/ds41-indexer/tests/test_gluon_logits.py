@@ -42,9 +42,11 @@ def test_gluon_config_rule() -> None:
     assert gluon_config(4, 128) == (1, 16)
     assert gluon_config(8, 128) == (1, 32)
     assert gluon_config(1, 1024) == (1, 32)  # one row of 1M entries
-    assert gluon_config(64, 32) == (1, 32)  # 64 rows of 32K entries
-    assert gluon_config(64, 128) == (1, 64)
-    assert gluon_config(256, 128) == (1, 64)
+    assert gluon_config(32, 32) == (1, 32)  # 32 rows of 32K entries
+    assert gluon_config(64, 32) == (1, 64)  # 64 rows of 32K entries
+    assert gluon_config(128, 32) == (1, 128)
+    assert gluon_config(64, 128) == (1, 128)
+    assert gluon_config(256, 128) == (1, 128)
     assert gluon_config(64, 1024) == (1, 128)  # 64 rows of 1M entries
     assert gluon_config(256, 1024) == (1, 128)
 

@@ -25,17 +25,19 @@ from ds41_cache.paged import PagedCache
 from .triton_kernels import MAX_GRID_Y, TILE, paged_logits_triton
 
 # Program shapes by grid size (rows x spans of GLUON_SPAN tiles), measured on the H200
-# (BENCHMARKS.md, issue 12, seventh and ninth rounds; the package README, tenth session): up
-# to GLUON_SPLIT_PROGRAMS spans, two consumer warpgroups split a program's tiles (one row of
-# 128K entries: 14.7 us against 18.5); from GLUON_WIDE_PROGRAMS spans a program takes two
-# spans, from GLUON_WIDER_PROGRAMS four and from GLUON_WIDEST_PROGRAMS eight (fewer programs,
-# so less setup per tile, while the grid still holds several waves of programs: 64 x 128K -5%,
-# 256 x 1M -7.6% against two; at 1,024 spans, one row of 1M / 8 x 128K / 32 x 32K: two spans
-# a program 50.1 / 49.4 / 48.5 us against 52.1 / 50.7 / 49.3 with one)
+# (BENCHMARKS.md, issue 12, seventh and ninth rounds; the package README, tenth session;
+# thirteenth session's sweep, `scripts/issue12/config_sweep.py`): up to GLUON_SPLIT_PROGRAMS
+# spans, two consumer warpgroups split a program's tiles (one row of 128K entries: 14.7 us
+# against 18.5); from GLUON_WIDE_PROGRAMS spans a program takes two spans, from
+# GLUON_WIDER_PROGRAMS four and from GLUON_WIDEST_PROGRAMS eight (fewer programs, so less setup
+# per tile, while the grid still fills the GPU's 4 programs an SM: at 1,024 spans, 32 x 32K /
+# 8 x 128K, two spans a program 40.1 / 40.3 us against 42.7 / 43.3 with one and 53.1 / 51.6
+# with four; at 2,048 spans, 64 x 32K, four 70.4 us against 72.2 with two; at 4,096, 128 x 32K,
+# eight 132.3 against 135.9 with four; from 8,192 spans four and eight are even)
 GLUON_SPLIT_PROGRAMS = 256
 GLUON_WIDE_PROGRAMS = 1024
-GLUON_WIDER_PROGRAMS = 4096
-GLUON_WIDEST_PROGRAMS = 65536
+GLUON_WIDER_PROGRAMS = 2048
+GLUON_WIDEST_PROGRAMS = 4096
 GLUON_TILES = (16, 32, 64, 128)
 
 
