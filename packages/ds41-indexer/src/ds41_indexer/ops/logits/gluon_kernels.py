@@ -90,6 +90,7 @@ BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
 SPAN = gl.constexpr(GLUON_SPAN)
 DI = gl.constexpr(128)  # channels (MXFP4: 64 data bytes and 4 scale bytes per entry)
 ROW_WORDS = gl.constexpr(16)  # int32 words of one entry's data
+BF16_MAX = gl.constexpr(3.3895313892515355e38)  # finite logits saturate here in bf16 output
 
 
 @gluon.constexpr_function
@@ -467,60 +468,63 @@ def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, x
     # blocks of BT tiles: the group maxima of a block are stored after it (register slots)
     BT: gl.constexpr = TILES if TILES < 32 else 32
     for b0 in range(0, TILES, BT):
-        for i in range(b0 + CID, b0 + BT, NC):
-            s = i % STAGES
-            c0 = c_first + i * BLOCK_N
-            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-            raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
-            raw = raw.load(rl)
-            # the producer's factors: 4 fp16x2 words a key (2 x 16 bytes a thread) and the keys'
-            # fp32 factors
-            fac = fac_smem.index(s).load(scl)
-            kfac = mult_smem.index(s).load(row)
-            gl.thread_barrier()
-            mbarrier.arrive(empty.index(s), count=1)
-            fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
-            lw, hw = _e2m1_pair_f16(raw, fac)
-            l0, l1 = _f16x2_halves(lw)
-            h0, h1 = _f16x2_halves(hw)
-            lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op)
-            hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op)
-            # the Triton kernel's two dots: the same instructions in the same order, issued
-            # back to back (one wait)
-            acc = warpgroup_mma(lo, qlo, zero, is_async=True)
-            acc = warpgroup_mma(hi, qhi, acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
-            logit = logit * kfac
-            # the visible columns (< n_cols and < n_vis - entry_base) and those of the row
-            # (< n_cols) as int32 compares of the tile's rows against tile-relative bounds
-            # (written on the columns, the compiler widens the column vector to 64 bits)
-            valid = lane_rows < lim - c0
-            in_row = lane_rows < n_cols - c0
-            out_at = out_row + c0
-            keep = valid
-            if HAS_CAND:
-                entries = entry_base + c0 + lane_rows
-                cm = gl.load(cand_ptr + t * cand_stride_t + entries,
-                             mask=valid & (entries < cand_cols), other=0)  # fmt: skip
-                keep = keep & (cm != 0)
-            logit = gl.where(keep, logit, float("-inf"))
-            if OUT_BF16:
-                bmax: gl.constexpr = 3.3895313892515355e38
-                lb = gl.where(logit == float("-inf"), logit,
-                              gl.minimum(gl.maximum(logit, -bmax), bmax))  # fmt: skip
-                b = lb.to(gl.uint32, bitcast=True)
-                rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
-                gl.store(out_at + lane_rows, rounded.to(gl.int16), mask=in_row)
-            else:
-                gl.store(out_at + lane_rows, logit, mask=in_row)
-            if HAS_GMAX:
-                # each warp's largest logit of its 16 entries, kept in register slot i - b0
-                # (lanes hold the slots); keys, visibility and the maximum over the warps come
-                # once after the block, so no barrier and no key conversion is needed per tile
-                lw = gl.reduce(gl.reshape(logit, [4, BLOCK_N // 4]), 1, _max_nan)
-                kw = gl.convert_layout(lw, gl.SliceLayout(1, gml))
-                gslots = gl.where(slot[None, :] == i - b0, kw[:, None], gslots)
+        # the ring stage of each tile is a constant of the unrolled body (BT is a multiple of
+        # STAGES * NC), so the barrier and stage addresses need no arithmetic per tile
+        for i0 in range(b0, b0 + BT, STAGES * NC):
+            for k in gl.static_range(STAGES):
+                i = i0 + (k * NC + CID)
+                s = (k * NC + CID) % STAGES
+                c0 = c_first + i * BLOCK_N
+                mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+                raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
+                raw = raw.load(rl)
+                # the producer's factors: 4 fp16x2 words a key (2 x 16 bytes a thread) and the keys'
+                # fp32 factors
+                fac = fac_smem.index(s).load(scl)
+                kfac = mult_smem.index(s).load(row)
+                gl.thread_barrier()
+                mbarrier.arrive(empty.index(s), count=1)
+                fac = gl.expand_dims(fac, 2).broadcast_to([BLOCK_N, 4, 8])
+                lw, hw = _e2m1_pair_f16(raw, fac)
+                l0, l1 = _f16x2_halves(lw)
+                h0, h1 = _f16x2_halves(hw)
+                lo = gl.convert_layout(gl.reshape(gl.join(l0, l1), [BLOCK_N, DI // 2]), a_op)
+                hi = gl.convert_layout(gl.reshape(gl.join(h0, h1), [BLOCK_N, DI // 2]), a_op)
+                # the Triton kernel's two dots: the same instructions in the same order, issued
+                # back to back (one wait)
+                acc = warpgroup_mma(lo, qlo, zero, is_async=True)
+                acc = warpgroup_mma(hi, qhi, acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=[acc])
+                logit = gl.sum(gl.maximum(acc, 0.0) * wf[None, :], axis=1)
+                logit = logit * kfac
+                # the visible columns (< n_cols and < n_vis - entry_base) and those of the row
+                # (< n_cols) as int32 compares of the tile's rows against tile-relative bounds
+                # (written on the columns, the compiler widens the column vector to 64 bits)
+                valid = lane_rows < lim - c0
+                in_row = lane_rows < n_cols - c0
+                out_at = out_row + c0
+                keep = valid
+                if HAS_CAND:
+                    entries = entry_base + c0 + lane_rows
+                    cm = gl.load(cand_ptr + t * cand_stride_t + entries,
+                                 mask=valid & (entries < cand_cols), other=0)  # fmt: skip
+                    keep = keep & (cm != 0)
+                logit = gl.where(keep, logit, float("-inf"))
+                if OUT_BF16:
+                    lb = gl.where(logit == float("-inf"), logit,
+                                  gl.minimum(gl.maximum(logit, -BF16_MAX), BF16_MAX))  # fmt: skip
+                    b = lb.to(gl.uint32, bitcast=True)
+                    rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+                    gl.store(out_at + lane_rows, rounded.to(gl.int16), mask=in_row)
+                else:
+                    gl.store(out_at + lane_rows, logit, mask=in_row)
+                if HAS_GMAX:
+                    # each warp's largest logit of its 16 entries, kept in register slot i - b0
+                    # (lanes hold the slots); keys, visibility and the maximum over the warps come
+                    # once after the block, so no barrier and no key conversion is needed per tile
+                    lw = gl.reduce(gl.reshape(logit, [4, BLOCK_N // 4]), 1, _max_nan)
+                    kw = gl.convert_layout(lw, gl.SliceLayout(1, gml))
+                    gslots = gl.where(slot[None, :] == i - b0, kw[:, None], gslots)
         if HAS_GMAX:
             # this consumer's tiles of the block (slot i - b0 holds tile i's maxima): the key of
             # a warp's largest logit is its largest key (the key order is the logits' order,
