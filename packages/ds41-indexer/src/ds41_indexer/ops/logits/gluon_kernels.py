@@ -34,10 +34,12 @@ cp.async waits, barriers and waited tensor-core groups, not by memory or the dec
   b ^ ((e >> 1) & 3)), so the consumer's 2-byte loads meet no bank conflicts.
 - consumers (NC warpgroups, 1 or 2; consumer c takes tiles c, c + NC, ...): consumer 0 folds
   the row's queries into shared memory once (the others wait on an mbarrier), then per tile
-  each waits for its stage, loads the packed bytes (2-byte elements, each one half of a
-  thread's fp16x2 A operand), its keys' factor words and fp32 factors, releases the stage (one
+  each waits for its stage, loads the packed bytes (two ldmatrix: the byte pairs of a block are
+  in the Triton kernel's operand order, `_key_byte` there, which puts a thread's four bytes of
+  a block side by side), its keys' factor words and fp32 factors, releases the stage (one
   barrier of its 4 warps), decodes, runs the two tensor-core products and the epilogue (mask,
-  store, group maximum). The column masks are int32 compares of the tile's rows against
+  store, group maximum). The loop is unrolled by the ring's STAGES, so a tile's stage and
+  barrier addresses are constants. The column masks are int32 compares of the tile's rows against
   tile-relative bounds (written on the columns, the compiler widens them to 64 bits).
 - the group maxima: each warp's largest logit of its 16 entries goes to a register slot per
   tile (NaN-propagating maximum); the keys and the maximum over the 4 warps are taken once
@@ -50,8 +52,9 @@ cp.async waits, barriers and waited tensor-core groups, not by memory or the dec
 With one consumer, four programs share an SM (64 registers a thread at launch: the consumer
 runs with 104), so one program's waits are covered by the others' work; with two, two programs
 (the consumers run with 88 and 80), which lowers the latency of a grid of few programs (one
-row). Measured on the H200: BENCHMARKS.md, issue 12, sixth, seventh and ninth rounds; the
-factors in the producer: the package README, tenth session (256 x 1M: 9.32 -> 8.10 ms).
+row). Measured on the H200: BENCHMARKS.md, issue 12, sixth, seventh, ninth and thirteenth
+rounds; the factors in the producer: the package README, tenth session (256 x 1M: 9.32 -> 8.10
+ms).
 
 Programmatic dependent launch (`ds41_cache.ops.launch`, constexpr GDC): the first statement
 waits for the previous kernel of the stream and lets the next launch be placed, in the default
