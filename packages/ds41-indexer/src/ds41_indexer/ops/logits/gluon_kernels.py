@@ -98,10 +98,11 @@ BF16_MAX = gl.constexpr(3.3895313892515355e38)  # finite logits saturate here in
 
 @gluon.constexpr_function
 def _raw_layout():
-    # int16 [64 entries, 4 blocks, 8 pairs]: the registers of the wgmma A operand (m64 k16,
-    # 4 warps): thread (warp w, lane 4g + l) holds entries 16w + g and 16w + g + 8, pairs l and
-    # l + 4 of every block (bytes 2l, 2l + 1, 2l + 8, 2l + 9: K 2l, 2l + 1, 2l + 8, 2l + 9 of
-    # the block's k16 step); the register order makes join + reshape the A layout exactly.
+    # int16 [64 entries, 4 blocks, 8 operand pairs]: the registers of the wgmma A operand (m64
+    # k16, 4 warps): thread (warp w, lane 4g + l) holds entries 16w + g and 16w + g + 8, operand
+    # pairs l and l + 4 of every block (K 2l, 2l + 1, 2l + 8, 2l + 9 of the block's k16 step;
+    # memory bytes 4l..4l + 3, `_raw_smem_layout`); pair l + 4 is the register next to pair l
+    # (one 4-byte word: ldmatrix), so join + reshape is the A layout up to a register order.
     return gl.DistributedLinearLayout(
         reg_bases=[[0, 0, 4], [8, 0, 0], [0, 1, 0], [0, 2, 0]],
         lane_bases=[[0, 0, 1], [0, 0, 2], [1, 0, 0], [2, 0, 0], [4, 0, 0]],
@@ -121,7 +122,9 @@ def _data_smem_layout():
 
 @gluon.constexpr_function
 def _raw_smem_layout():
-    # the same bytes as int16 [64, 4 blocks, 8 pairs] (offset bits -> [entry, block, pair])
+    # the same bytes as int16 [64, 4 blocks, 8 operand pairs] (offset bits -> [entry, block,
+    # pair]): operand pair 4b + a at memory pair 2a + b of its block (the Triton kernel's
+    # `_pair_at`)
     return gl.SharedLinearLayout(
         offset_bases=[[0, 0, 4], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 2, 0], [1, 0, 0],
                       [2, 1, 0], [4, 2, 0], [8, 0, 0], [16, 0, 0], [32, 0, 0]],

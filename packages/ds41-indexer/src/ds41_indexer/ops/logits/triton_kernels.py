@@ -15,9 +15,10 @@ down to 2^-24). The queries are split the same way, even channels (low nibbles) 
 (high nibbles), in the operand order of the keys' bytes (`_key_byte`: the byte pairs of a block
 permuted so that a Hopper operand thread's four bytes are adjacent), and each head h is scaled
 by a power of two 2^-e_h that puts its largest |q| in [2^14, 2^15), exact in fp16 when no
-query element is more than ~2^32 below its head's largest. The products `k' . q'` (two fp16 tensor-core dots of Di/2 channels, fp32 accumulation) are the
-true ones times 2^(136 - m - e_h): ReLU commutes with that power of two, the head weights take
-2^e_h (w' = w * 2^e_h) and the key's factor 2^(m - 136) multiplies the head sum, so the result is
+query element is more than ~2^32 below its head's largest. The products `k' . q'` (two fp16
+tensor-core dots of Di/2 channels, fp32 accumulation) are the true ones times
+2^(136 - m - e_h): ReLU commutes with that power of two, the head weights take 2^e_h
+(w' = w * 2^e_h) and the key's factor 2^(m - 136) multiplies the head sum, so the result is
 the fp32 evaluation of the same sum (a power-of-two scale commutes with rounding in the normal
 range). A program whose queries or keys fall outside these ranges (checked before its tiles:
 largest scale byte in [10, 250], every byte >= largest - 32) scores its tiles on the general
@@ -165,7 +166,7 @@ def _e2m1_pair_f32(raw, fac):
 def _pair_at(pair):
     """Memory pair (2 bytes) of a block that holds operand pair `pair` (0..7): the pairs a
     tensor-core operand thread takes, p and p + 4 (K 2p, 2p + 1, 2p + 8, 2p + 9 of a k16 step),
-    are adjacent bytes 4p..4p + 3, so the Gluon kernel loads them in one 4-byte load."""
+    are adjacent bytes 4p..4p + 3, so the Gluon kernel reads a tile with `ldmatrix`."""
     return 2 * (pair % 4) + pair // 4
 
 
