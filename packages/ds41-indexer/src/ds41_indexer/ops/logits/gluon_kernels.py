@@ -376,6 +376,8 @@ def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, q_smem, q
     h = gl.arange(0, HI_PAD, layout=gl.SliceLayout(1, ql))
     hm = h < HI
     d = gl.arange(0, DI // 2, layout=gl.SliceLayout(0, ql))
+    # operand column d holds the channels of key byte `byte` (the Triton kernel's `_key_byte`,
+    # restated: a Gluon kernel cannot call a Triton function; the gpu tests compare the bits)
     kp = (d // 2) % 8
     byte = (d // 16) * 16 + 2 * (2 * (kp % 4) + kp // 4) + d % 2
     at = q_ptr + t * q_stride_t + h[:, None] * q_stride_h + 2 * byte[None, :]
