@@ -16,7 +16,7 @@ import torch
 
 from ds41_indexer import bench
 from ds41_indexer.ops.logits import gluon_launch as gl_launch
-from ds41_indexer.ops.logits.triton_kernels import paged_logits_triton
+from ds41_indexer.ops.logits.triton_kernels import TILE, paged_logits_triton
 
 SIZES = ((32, 32768), (64, 32768), (128, 32768), (256, 32768), (8, 131072), (64, 131072),
          (16, 1048576))  # fmt: skip
@@ -46,7 +46,7 @@ def main() -> None:
             w = torch.randn(t, bench.HI, device=dev, generator=gen)
             req = torch.arange(t, dtype=torch.int32, device=dev)
             pos = torch.full((t,), ctx - 1, dtype=torch.int32, device=dev)
-            spans = -(-ctx // (64 * 16))
+            spans = -(-ctx // (TILE[0] * TILE[1]))  # spans of the launcher's grid rule
             default = gl_launch.gluon_config(t, spans)
             ref = logits(q, w, cache, table[:t], req, pos, torch.empty(t, ctx, device=dev),
                          default)  # fmt: skip
