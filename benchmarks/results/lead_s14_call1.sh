@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PREPARED in the thirteenth session, NOT YET RUN (no device time was left): the first call of
+# Prepared in the thirteenth session, run as the first call of the fourteenth (all passed): the first call of
 # the next session. Checks main's head on the H200 after the thirteenth session's indexer
 # changes: the indexer gpu suite (the 2 bf16-output tests failed to compile on the unrolled
 # consumer loop in call 6; fixed in a325710 and compiled offline only), the bench on the final
