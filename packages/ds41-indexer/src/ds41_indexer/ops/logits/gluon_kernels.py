@@ -18,10 +18,12 @@ span ends with the bits the Triton kernel alone gives.
 
 Structure (warp specialized; why: the Triton loop is bound by its serial per-tile chain of
 cp.async waits, barriers and waited tensor-core groups, not by memory or the decode):
-- producer (1 warp): per tile, waits for a free ring stage, then one cp.async gather of the
-  tile's 4,096 key bytes (one page block: a tile lies in one page) into the stage, completing on
-  the stage's mbarrier (one asynchronous arrival per thread); the tile's 256 scale bytes are
-  loaded into its registers (2 keys a lane) at the same time. Then, for the previous tile, per
+- producer (1 warp): first the page of every tile of the program (one block-table load for all
+  of them, kept in shared memory: no tile's requests wait on a global load); then per tile,
+  waits for a free ring stage, then one cp.async gather of the tile's 4,096 key bytes (one
+  page block: a tile lies in one page) into the stage, completing on the stage's mbarrier (one
+  asynchronous arrival per thread); the tile's 256 scale bytes are loaded into its registers
+  (2 keys a lane) at the same time. Then, for the previous tile, per
   key: the four fp16x2 block factors 2^(d + 15) (d = scale byte - the key's largest byte mk,
   built as fp32 exponent bits and converted to fp16: exact on the fast path's range, the Triton
   kernel's factor), the key's fp32 factor 2^(clamp(mk, 10, 250) - 136) and the span's range
@@ -54,7 +56,8 @@ runs with 104), so one program's waits are covered by the others' work; with two
 (the consumers run with 88 and 80), which lowers the latency of a grid of few programs (one
 row). Measured on the H200: BENCHMARKS.md, issue 12, sixth, seventh, ninth and thirteenth
 rounds; the factors in the producer: the package README, tenth session (256 x 1M: 9.32 -> 8.10
-ms).
+ms); the pages loaded once: BENCHMARKS.md, issue 12, fourteenth session (256 x 1M logits
+1.4-3.3% faster, 64 x 32K unchanged; the producer's tile loop 172 -> 158 instructions).
 
 Programmatic dependent launch (`ds41_cache.ops.launch`, constexpr GDC): the first statement
 waits for the previous kernel of the stream and lets the next launch be placed, in the default
@@ -234,15 +237,29 @@ def _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r):
 
 
 @gluon.jit
-def _tile_page(bt_ptr, r_at, entry_base, c0, n_cols, n_vis, bt_cols, num_pages,
-               PAGE_SIZE: gl.constexpr):  # fmt: skip
-    """(page clamped to >= 0, whether the tile at column c0 has visible entries in a page of
-    the cache): the tile lies in one page (PAGE_SIZE and entry_base multiples of 64)."""
+def _program_pages(page_smem, bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, bt_cols,
+                   num_pages, PAGE_SIZE: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
+    """Producer: the page of each of the program's TILES tiles into page_smem, -1 for a tile
+    with no visible entry or whose page is outside the cache (a tile lies in one page:
+    PAGE_SIZE and entry_base are multiples of 64). One block-table load for all tiles, so no
+    tile waits for a global load before its key bytes are requested."""
+    tl_lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    c0 = c_first + gl.arange(0, TILES, layout=tl_lay) * BLOCK_N
     col = (entry_base + c0) // PAGE_SIZE
     live = (c0 < n_cols) & (entry_base + c0 < n_vis) & (col < bt_cols)
     page = gl.load(bt_ptr + r_at + col, mask=live, other=-1)
     ok = live & (page >= 0) & (page < num_pages)
-    return gl.where(ok, page, 0).to(gl.int64), ok
+    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    page_smem._reinterpret(gl.int32, [TILES], flat).store(gl.where(ok, page, -1))
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _tile_page(page_smem, i):
+    """(page clamped to >= 0, whether tile i is read) from `_program_pages`."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    page = gl.max(page_smem.index(i).load(one), axis=0)
+    return gl.maximum(page, 0).to(gl.int64), page >= 0
 
 
 @gluon.jit
@@ -293,7 +310,7 @@ def _pf_finish(i, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
 
 
 @gluon.jit
-def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
+def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem, page_smem,
               PAGE_SIZE: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
     (
         _q_ptr,
@@ -342,13 +359,13 @@ def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
     pbad = gl.zeros([BLOCK_N], gl.int32, gl.SliceLayout(1, kl))
     # tile i's key bytes are issued before tile i - 1's factors are computed, so the scale
     # words' load latency is covered by a tile
-    page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, bt_cols, num_pages,
-                          PAGE_SIZE)  # fmt: skip
+    _program_pages(page_smem, bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, bt_cols,
+                   num_pages, PAGE_SIZE, TILES)  # fmt: skip
+    page, ok = _tile_page(page_smem, 0)
     sw = _pf_issue(0, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty, rows,
                    words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
     for i in range(1, TILES):
-        page, ok = _tile_page(bt_ptr, r_at, entry_base, c_first + i * BLOCK_N, n_cols, n_vis,
-                              bt_cols, num_pages, PAGE_SIZE)  # fmt: skip
+        page, ok = _tile_page(page_smem, i)
         nxt = _pf_issue(i, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty,
                         rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
         pbad = _pf_finish(i - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
@@ -612,6 +629,8 @@ def _gluon_logits_kernel(
         mbarrier.init(xbar.index(0), count=1)
     mbarrier.init(xbar.index(1), count=1)
     flag_smem = gl.allocate_shared_memory(gl.int32, [128], plain1)
+    # the producer's page of each tile (`_program_pages`)
+    page_smem = gl.allocate_shared_memory(gl.int32, [TILES, 1], plain1)
     fence_async_shared()
     gl.thread_barrier()
     a = (q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr,
@@ -626,7 +645,7 @@ def _gluon_logits_kernel(
                                   empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
                                   HAS_GMAX, STAGES, TILES, NC)),
                 (_producer, (a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
-                             PAGE_SIZE, STAGES, TILES)),
+                             page_smem, PAGE_SIZE, STAGES, TILES)),
             ],
             [1],
             [PRODUCER_REGS],
@@ -641,7 +660,7 @@ def _gluon_logits_kernel(
                                     empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
                                     HAS_GMAX, STAGES, TILES, NC)),
                 (_producer, (a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
-                             PAGE_SIZE, STAGES, TILES)),
+                             page_smem, PAGE_SIZE, STAGES, TILES)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
