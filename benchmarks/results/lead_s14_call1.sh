@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in the thirteenth session, run as the first call of the fourteenth (all passed): the first call of
-# the next session. Checks main's head on the H200 after the thirteenth session's indexer
+# Prepared in the thirteenth session and run as the fourteenth session's first call (all
+# passed). Checks main's head on the H200 after the thirteenth session's indexer
 # changes: the indexer gpu suite (the 2 bf16-output tests failed to compile on the unrolled
 # consumer loop in call 6; fixed in a325710 and compiled offline only), the bench on the final
 # tree, the runner gpu suite (the logits' operand order changed in a7cec62) and the decode
