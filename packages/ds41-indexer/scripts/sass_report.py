@@ -78,10 +78,9 @@ def main() -> None:
     block_n, tiles, warps, stages = lk.TILE
     ptrs = ("q_ptr", "w_ptr", "cache_ptr", "bt_ptr", "req_ptr", "pos_ptr", "cand_ptr", "out_ptr")
     sig = dict.fromkeys(ptrs, "*i32") | {"q_ptr": "*bf16", "w_ptr": "*fp32", "cache_ptr": "*u8"}
-    sig |= {"cand_ptr": "*u8", "out_ptr": "*fp32", "gmax_ptr": "*i32", "done_ptr": "*i8"}
+    sig |= {"cand_ptr": "*u8", "out_ptr": "*fp32", "gmax_ptr": "*i32"}
     ints = "ratio entry_base n_cols q_stride_t q_stride_h w_stride_t n_req bt_cols bt_stride_r"
     ints += " num_pages page_stride cand_stride_t cand_cols out_stride_t gmax_stride_t"
-    ints += " done_stride_t"
     sig |= dict.fromkeys(ints.split(), "i32")
     div16 = [*ptrs, "gmax_ptr", "page_stride", "q_stride_t", "q_stride_h", "out_stride_t"]
     report = {}
@@ -89,7 +88,7 @@ def main() -> None:
         ce = dict(HI=32, HI_PAD=32, DI=128, DATA_BYTES=64, SCALE_BYTES=4, PAGE_SIZE=64)
         ce |= dict(IN_PAGE=True, FMT=0, HAS_CAND=False, OUT_BF16=False, HAS_GMAX=gmax)
         ce |= dict(UPCAST=False, BLOCK_N=block_n, TILES=tiles, STAGES=stages)
-        ce |= {"TILES_P2": triton.next_power_of_2(tiles), "HAS_DONE": False, "DONE_SPANS": 1}
+        ce |= {"TILES_P2": triton.next_power_of_2(tiles)}
         c, sass, regs, stack = compile_sm90(lk._paged_logits_kernel, sig, ce, div16, warps)
         fast = loops(sass, "HGMMA")[0]
         report[f"logits gmax={gmax}"] = {

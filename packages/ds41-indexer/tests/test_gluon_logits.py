@@ -1,6 +1,7 @@
 """The Hopper Gluon logits kernel (`ops/logits/gluon_kernels.py`): bitwise the Triton kernel's
-logits and group maxima on every span it marks done, the Triton kernel for the others; rows
-alone == in batches; graph replay == eager; float64 bound. GPU tests skip off sm_90."""
+logits and group maxima on every span, on the fp16 path and on the general path it takes for
+spans outside that path's range; rows alone == in batches; graph replay == eager; float64
+bound. GPU tests skip off sm_90."""
 
 from __future__ import annotations
 
@@ -110,7 +111,8 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 
 
 def _both(sc, q, w, req, pos, *, cand=None, dtype=torch.float32, ratio=1, config=None):
-    """(Triton alone, Gluon + Triton for the rest, done flags): logits and group maxima."""
+    """(Triton alone, Gluon alone, the Gluon kernel's path per span): logits and group
+    maxima."""
     n = sc.block_table.shape[1] * sc.cache.page_size
     t = q.shape[0]
     args = (q, w, sc.cache, sc.block_table, req, pos, ratio)
@@ -119,9 +121,8 @@ def _both(sc, q, w, req, pos, *, cand=None, dtype=torch.float32, ratio=1, config
     gm_t = torch.full((t, -(-n // 64)), 3, dtype=torch.int32, device=CUDA)
     gm_g = torch.full((t, -(-n // 64)), 9, dtype=torch.int32, device=CUDA)
     paged_logits_triton(*args, out_t, cand, gmax=gm_t)
-    done = gluon_launch.launch_gluon_logits(*args, out_g, cand, gmax=gm_g, config=config)
-    paged_logits_triton(*args, out_g, cand, gmax=gm_g, done=done)
-    return (out_t, gm_t), (out_g, gm_g), done
+    path = gluon_launch.launch_gluon_logits(*args, out_g, cand, gmax=gm_g, config=config)
+    return (out_t, gm_t), (out_g, gm_g), path
 
 
 @pytest.mark.gpu
@@ -141,13 +142,14 @@ def test_gluon_equals_triton_bitwise(case: str) -> None:
         kw["cand"] = torch.rand(q.shape[0], 2900, device=CUDA) < 0.5
     if case == "ratio 4":
         kw["ratio"] = 4
-    (out_t, gm_t), (out_g, gm_g), done = _both(sc, q, w, req, pos, **kw)  # type: ignore[arg-type]
+    (out_t, gm_t), (out_g, gm_g), path = _both(sc, q, w, req, pos, **kw)  # type: ignore[arg-type]
     assert torch.equal(_bits(out_g), _bits(out_t))
     assert torch.equal(gm_g, gm_t)
-    # the Gluon kernel took spans (the test is not vacuous) and, on the edge case, left some
-    assert int(done.sum()) > done.numel() // 2
+    # most spans took the fp16 path and, on the edge case, some the general path (the test
+    # covers both)
+    assert int((path == 1).sum()) > path.numel() // 2
     if case == "edges":
-        assert int((done == 0).sum()) > 0
+        assert int((path == 2).sum()) > 0
         assert bool(torch.isnan(out_g[11, : int(pos[11]) + 1]).all())
         assert bool(torch.isposinf(out_g[13, : int(pos[13]) + 1]).any())
 
@@ -166,12 +168,12 @@ def test_gluon_configs_bitwise(config: tuple[int, int], case: str) -> None:
     else:
         sc, q, w, req, pos = _mixed(46, 64)
         cand = torch.rand(q.shape[0], 2900, device=CUDA) < 0.5
-    (out_t, gm_t), (out_g, gm_g), done = _both(sc, q, w, req, pos, cand=cand, config=config)
+    (out_t, gm_t), (out_g, gm_g), path = _both(sc, q, w, req, pos, cand=cand, config=config)
     assert torch.equal(_bits(out_g), _bits(out_t))
     assert torch.equal(gm_g, gm_t)
-    assert int(done.sum()) > done.numel() // 2
+    assert int((path == 1).sum()) > path.numel() // 2
     if case == "edges":
-        assert int((done == 0).sum()) > 0
+        assert int((path == 2).sum()) > 0
 
 
 @pytest.mark.gpu
@@ -228,7 +230,7 @@ def test_gluon_bad_pages_read_nothing() -> None:
     assert gluon_launch.use_gluon(q, cache, 0, got.shape[1])
     ref = paged_logits_triton(*args, torch.empty_like(got))
     assert torch.equal(_bits(ref), _bits(got))
-    # the Gluon kernel leaves the spans with such pages to the Triton kernel (zero-filled
-    # keys are out of its range)
-    done = gluon_launch.launch_gluon_logits(*args, torch.empty_like(got))
-    assert int((done == 0).sum()) > 0
+    # the spans with such pages take the general path (zero-filled keys are out of the fp16
+    # path's range)
+    path = gluon_launch.launch_gluon_logits(*args, torch.empty_like(got))
+    assert int((path == 2).sum()) > 0

@@ -189,36 +189,6 @@ def test_triton_other_tiles(
     assert torch.equal(one, got[1:2])
 
 
-@pytest.mark.interpreter
-def test_triton_pass_over_done_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With `done` (the flags of the Gluon kernel), the Triton kernel scores exactly the spans
-    flagged 0 (a program looks at DONE_SPANS spans, the last ones past the row) and leaves the
-    others as they are; each span it scores has the bits of the pass without flags."""
-    from ds41_indexer.ops.logits import triton_kernels
-
-    # 16-key spans under the interpreter; compiled, the kernel's 64-key tile (COMPILED_BLOCK_N)
-    span = 16 if UPCAST else triton_kernels.COMPILED_BLOCK_N
-    monkeypatch.setattr(triton_kernels, "TILE", (span, 1, 4, 1))
-    monkeypatch.setattr(triton_kernels, "DONE_SPANS", 4)
-    sc = make_scenario("mxfp4", [37, 150, 5], seed=21, device=DEV)
-    q, w = make_queries(7, 4, 32, seed=22, device=DEV)
-    req, pos = rows()
-    pos = torch.where(req == 1, pos + 70, pos)
-    n = sc.block_table.shape[1] * sc.cache.page_size
-    spans = -(-n // span)
-    assert spans % 4 != 0  # the last program looks past the row
-    args = (q, w, sc.cache, sc.block_table, req, pos, 1)
-    full = triton_kernels.paged_logits_triton(*args, torch.empty(7, n, device=DEV), upcast=UPCAST)
-    done = torch.rand(7, spans, generator=torch.Generator().manual_seed(23)) < 0.5
-    done = done.to(torch.int8).to(DEV)
-    got = torch.full((7, n), 7.0, device=DEV)
-    triton_kernels.paged_logits_triton(*args, got, upcast=UPCAST, done=done)
-    scored = (done == 0).repeat_interleave(span, dim=1)[:, :n]
-    assert bool(scored.any()) and not bool(scored.all())
-    assert torch.equal(got[scored].view(torch.int32), full[scored].view(torch.int32))
-    assert bool((got[~scored] == 7.0).all())
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_extreme_scale_bytes(backend: str) -> None:
     """Scale bytes 0, 1 and 253 (outside the kernel's bit-construction range) decode exactly."""

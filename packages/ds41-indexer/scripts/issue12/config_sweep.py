@@ -16,7 +16,7 @@ import torch
 
 from ds41_indexer import bench
 from ds41_indexer.ops.logits import gluon_launch as gl_launch
-from ds41_indexer.ops.logits.triton_kernels import TILE, paged_logits_triton
+from ds41_indexer.ops.logits.triton_kernels import TILE
 
 SIZES = ((32, 32768), (64, 32768), (128, 32768), (256, 32768), (8, 131072), (64, 131072),
          (16, 1048576))  # fmt: skip
@@ -25,8 +25,7 @@ CONFIGS = ((1, 16), (1, 32), (1, 64), (1, 128))
 
 def logits(q, w, cache, table, req, pos, out, config):  # type: ignore[no-untyped-def]
     args = (q, w, cache, table, req, pos, 1)
-    done = gl_launch.launch_gluon_logits(*args, out, config=config)
-    paged_logits_triton(*args, out, done=done)
+    gl_launch.launch_gluon_logits(*args, out, config=config)
     return out
 
 

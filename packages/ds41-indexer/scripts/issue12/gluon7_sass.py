@@ -26,7 +26,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 PTRS = {"q_ptr": "*bf16", "w_ptr": "*fp32", "cache_ptr": "*u8", "bt_ptr": "*i32",
         "req_ptr": "*i32", "pos_ptr": "*i32", "cand_ptr": "*u8", "out_ptr": "*fp32",
-        "gmax_ptr": "*i32", "done_ptr": "*i8"}  # fmt: skip
+        "gmax_ptr": "*i32", "path_ptr": "*i8"}  # fmt: skip
 NOT_DIV16 = {
     "ratio",
     "entry_base",
@@ -35,7 +35,7 @@ NOT_DIV16 = {
     "bt_cols",
     "num_pages",
     "cand_cols",
-    "done_cols",
+    "path_cols",
 }
 
 

@@ -7,14 +7,16 @@ on the fp16 path of the module docstring there, with the same operands, the same
 instruction shape (m64 n HI_PAD k16, keys as the register A operand, the folded queries in
 shared memory as B, low nibbles then high nibbles, K ascending), the same ReLU, head weights,
 head-sum tree (the reduction of one accumulator layout) and power-of-two factors, so the logits
-it writes are the Triton fast path's bits. It does not choose: it scores every span on the fast
-path and records, per span, whether the fast path was the right one (`done` = 1: the row's
-queries and every visible key's scale bytes of the span are in the fast path's range, the test
-of `_span_in_fast_range` and `_fold_queries`). A visible key the producer did not read (its
-page is outside the cache) is zero-filled, so its scale bytes are out of range and its span is
-left to the Triton kernel too (the consumer looks up no page). The launcher then runs the
-Triton kernel for the spans with `done` = 0, which scores them as it always does, so every
-span ends with the bits the Triton kernel alone gives.
+it writes are the Triton fast path's bits. It scores every span on the fast path first and
+records, per span, whether that was the right path (the row's queries and every visible key's
+scale bytes of the span in the fast path's range: the test of `_span_in_fast_range` and
+`_fold_queries`). A visible key the producer did not read (its page is outside the cache) is
+zero-filled, so its scale bytes are out of range too (the consumer looks up no page). After the
+program's tiles, consumer 0 scores the spans that failed the test again on the Triton kernel's
+general path (`_general_spans`: exact bf16 keys, the unscaled queries, the same instruction
+shape and head-sum tree; its loads read nothing outside the cache), over the fast path's
+stores. So every span ends with the bits the Triton kernel alone gives, in one launch; `path`
+records the path of each span (1 fp16, 2 general) for the tests.
 
 Structure (warp specialized; why: the Triton loop is bound by its serial per-tile chain of
 cp.async waits, barriers and waited tensor-core groups, not by memory or the decode):
@@ -47,17 +49,22 @@ cp.async waits, barriers and waited tensor-core groups, not by memory or the dec
   tile (NaN-propagating maximum); the keys and the maximum over the 4 warps are taken once
   every 32 tiles and each consumer stores its own tiles' maxima (no shared memory, barrier or
   key conversion per tile, where the Triton kernel has all three).
-- a program takes TILES = 16, 32, 64 or 128 tiles (one to eight spans; one `done` flag per
-  span, from the producer's range bits and the row's query test; the flags of one program
-  are the bits of one int32, so at most 512 tiles); `gluon_launch.gluon_config` picks the
-  shape.
+- a program takes TILES = 16, 32, 64 or 128 tiles (one to eight spans; one path decision per
+  span, from the producer's range bits and the row's query test; the bits of one program are
+  one int32, so at most 512 tiles); `gluon_launch.gluon_config` picks the shape.
+- the general path (rare: scales or queries outside the fp16 path's range) runs in consumer 0
+  once both consumers are done (mbarrier xbar 2 with two), with plain loads and one
+  synchronous product a 32-channel scale block, its bf16 queries in the fp16 path's query
+  buffers (free by then).
 With one consumer, four programs share an SM (64 registers a thread at launch: the consumer
 runs with 104), so one program's waits are covered by the others' work; with two, two programs
 (the consumers run with 88 and 80), which lowers the latency of a grid of few programs (one
 row). Measured on the H200: BENCHMARKS.md, issue 12, sixth, seventh, ninth and thirteenth
 rounds; the factors in the producer: the package README, tenth session (256 x 1M: 9.32 -> 8.10
 ms); the pages loaded once: BENCHMARKS.md, issue 12, fourteenth session (256 x 1M logits
-1.4-3.3% faster, 64 x 32K unchanged; the producer's tile loop 172 -> 158 instructions).
+1.4-3.3% faster, 64 x 32K unchanged; the producer's tile loop 172 -> 158 instructions); the
+general path in the kernel, no Triton launch after it: the same section (fused one row at 1M
+3.2-3.9 us faster, the rest unchanged within the spread).
 
 Programmatic dependent launch (`ds41_cache.ops.launch`, constexpr GDC): the first statement
 waits for the previous kernel of the stream and lets the next launch be placed, in the default
@@ -322,7 +329,7 @@ def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem, 
         _cand_ptr,
         _out_ptr,
         _gmax_ptr,
-        _done_ptr,
+        _path_ptr,
         ratio,
         entry_base,
         n_cols,
@@ -338,8 +345,8 @@ def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem, 
         _cand_cols,
         _out_stride_t,
         _gmax_stride_t,
-        _done_stride_t,
-        _done_cols,
+        _path_stride_t,
+        _path_cols,
     ) = a
     _t, n_vis, r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
     c_first = gl.program_id(1) * TILES * BLOCK_N
@@ -422,24 +429,140 @@ def _fold_queries(q_ptr, w_ptr, t, q_stride_t, q_stride_h, w_stride_t, q_smem, q
 
 
 @gluon.jit
-def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
-             HI: gl.constexpr, HI_PAD: gl.constexpr, HAS_CAND: gl.constexpr,
+def _e2m1_f32(n):
+    """e2m1 nibbles (low 4 bits of int32) -> fp32: `ds41_cache.ops.codec.triton_jit.e2m1_to_f32`
+    restated (a Gluon kernel cannot call a Triton function)."""
+    n = n & 15
+    e = (n >> 1) & 3
+    m = n & 1
+    normal = (((e + 126) << 23) | (m << 22)).to(gl.float32, bitcast=True)
+    mag = gl.where(e == 0, m.to(gl.float32) * 0.5, normal)
+    return (mag.to(gl.int32, bitcast=True) | ((n & 8) << 28)).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _ue8m0_f32(b):
+    """ue8m0 scale bytes (int32) -> 2^(b - 127): `triton_jit.ue8m0_to_f32` restated."""
+    return gl.where(b == 0, 5.877471754111438e-39, (b << 23).to(gl.float32, bitcast=True))
+
+
+@gluon.jit
+def _general_spans(bits, q_ptr, w_ptr, cache_ptr, bt_ptr, cand_ptr, out_ptr, gmax_ptr, t, r_at,
+                   n_vis, entry_base, n_cols, c_first, q_stride_t, q_stride_h, w_stride_t,
+                   bt_cols, num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t,
+                   gmax_stride_t, q_smem, q2_smem, HI: gl.constexpr, HI_PAD: gl.constexpr,
+                   PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr,
+                   HAS_GMAX: gl.constexpr, TILES: gl.constexpr, mma: gl.constexpr):  # fmt: skip
+    """Consumer 0, after the program's tiles: the spans whose bit is set in `bits` scored again
+    on the Triton kernel's general path (`_general_tiles` / `_tile_exact` there): keys decoded
+    exactly through fp32 to bf16, bf16 products against the unscaled queries in one chain of
+    tensor-core steps over the 128 channels ascending (the Triton dot's m64 n HI_PAD k16 steps:
+    four products of one 32-channel scale block each), ReLU, the unscaled head weights and the
+    same head-sum tree; pages outside the cache read as zero keys. Rare (scales or queries
+    outside the fp16 path's range), so plain loads, no ring."""
+    a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    row: gl.constexpr = gl.SliceLayout(1, mma)
+    # the row's bf16 queries, one [HI_PAD, 32] buffer per scale block, in the fp16 path's query
+    # buffers (free once every consumer has scored its tiles: the same bytes)
+    qg_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, 32], gl.bfloat16)
+    qg01 = q_smem._reinterpret(gl.bfloat16, [2, HI_PAD, 32], qg_lay)
+    qg23 = q2_smem._reinterpret(gl.bfloat16, [2, HI_PAD, 32], qg_lay)
+    ql: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [4, 1], [1, 0])
+    h = gl.arange(0, HI_PAD, layout=gl.SliceLayout(1, ql))
+    dq = gl.arange(0, 32, layout=gl.SliceLayout(0, ql))
+    gl.thread_barrier()
+    for b in gl.static_range(DI // 32):
+        qv = gl.load(q_ptr + t * q_stride_t + h[:, None] * q_stride_h + (32 * b + dq)[None, :],
+                     mask=(h < HI)[:, None], other=0.0)  # fmt: skip
+        if b < 2:
+            qg01.index(b).store(qv.to(gl.bfloat16))
+        else:
+            qg23.index(b - 2).store(qv.to(gl.bfloat16))
+    fence_async_shared()
+    gl.thread_barrier()
+    hw = gl.arange(0, HI_PAD, layout=gl.SliceLayout(0, mma))
+    w = gl.load(w_ptr + t * w_stride_t + hw, mask=hw < HI, other=0.0)
+    # one tile's key bytes of one scale block: [64 entries, 16 bytes], and its scale bytes
+    kl: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [4, 1], [1, 0])
+    er = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kl))
+    jb = gl.arange(0, 16, layout=gl.SliceLayout(0, kl))
+    lane_rows = gl.arange(0, BLOCK_N, layout=row)
+    zero = gl.zeros([BLOCK_N, HI_PAD], gl.float32, mma)
+    out_row = out_ptr + t * out_stride_t
+    for sp in range(TILES // SPAN):
+        if ((bits >> sp) & 1) != 0:
+            for i in range(SPAN):
+                c0 = c_first + (sp * SPAN + i) * BLOCK_N
+                # the tile's page (a tile lies in one page) and its readable entries
+                pcol = (entry_base + c0) // PAGE_SIZE
+                plive = (pcol < bt_cols) & (entry_base + c0 < n_vis) & (c0 < n_cols)
+                page = gl.load(bt_ptr + r_at + pcol, mask=plive, other=-1)
+                ok = (page >= 0) & (page < num_pages)
+                cols_k = c0 + er
+                readable = (cols_k < n_cols) & (entry_base + cols_k < n_vis) & ok
+                off = (entry_base + cols_k) % PAGE_SIZE
+                base = gl.where(ok, page, 0).to(gl.int64) * page_stride
+                row_at = base + off * (DI // 2)
+                scale_at = base + PAGE_SIZE * (DI // 2) + off * (DI // 32)
+                acc = zero
+                for b in gl.static_range(DI // 32):
+                    byte = gl.load(cache_ptr + row_at[:, None] + (16 * b + jb)[None, :],
+                                   mask=readable[:, None], other=0).to(gl.int32)  # fmt: skip
+                    sc = gl.load(cache_ptr + scale_at + b, mask=readable, other=127).to(gl.int32)
+                    # element 2j is byte j's low nibble, 2j + 1 its high nibble
+                    vals = gl.reshape(gl.join(_e2m1_f32(byte), _e2m1_f32(byte >> 4)),
+                                      [BLOCK_N, 32])  # fmt: skip
+                    scale = gl.convert_layout(_ue8m0_f32(sc), gl.SliceLayout(1, vals.type.layout))
+                    kb = gl.convert_layout((vals * scale[:, None]).to(gl.bfloat16), a_op)
+                    if b < 2:
+                        acc = warpgroup_mma(kb, qg01.index(b).permute((1, 0)), acc)
+                    else:
+                        acc = warpgroup_mma(kb, qg23.index(b - 2).permute((1, 0)), acc)
+                logit = gl.sum(gl.maximum(acc, 0.0) * w[None, :], axis=1)
+                cols = c0 + lane_rows
+                valid = (cols < n_cols) & (entry_base + cols < n_vis)
+                keep = valid
+                if HAS_CAND:
+                    entries = entry_base + cols
+                    cm = gl.load(cand_ptr + t * cand_stride_t + entries,
+                                 mask=valid & (entries < cand_cols), other=0)  # fmt: skip
+                    keep = keep & (cm != 0)
+                logit = gl.where(keep, logit, float("-inf"))
+                if OUT_BF16:
+                    lb = gl.where(logit == float("-inf"), logit,
+                                  gl.minimum(gl.maximum(logit, -BF16_MAX), BF16_MAX))  # fmt: skip
+                    ub = lb.to(gl.uint32, bitcast=True)
+                    rounded = (ub + 0x7FFF + ((ub >> 16) & 1)) >> 16
+                    gl.store(out_row + cols, rounded.to(gl.int16), mask=cols < n_cols)
+                else:
+                    gl.store(out_row + cols, logit, mask=cols < n_cols)
+                if HAS_GMAX:
+                    # the tile is one group of the top-k's first pass
+                    gk = gl.max(gl.where(valid, _score_to_key(logit), 0), axis=0)
+                    gl.store(gmax_ptr + t * gmax_stride_t + c0 // BLOCK_N,
+                             gk.to(gl.int32, bitcast=True), mask=c0 < n_cols)  # fmt: skip
+
+
+@gluon.jit
+def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
+             flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
+             HAS_CAND: gl.constexpr,
              OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
              TILES: gl.constexpr, CID: gl.constexpr, NC: gl.constexpr):  # fmt: skip
     """Consumer CID of NC (one warpgroup): tiles CID, CID + NC, ... of the program; consumer 0
-    then stores the program's `done` flags (one per span of GLUON_SPAN tiles) from the
-    producer's range bits and the row's query test."""
+    then scores the spans outside the fp16 path's range again on the general path (the
+    producer's range bits and the row's query test) and stores each span's path (`path_ptr`)."""
     (
         q_ptr,
         w_ptr,
-        _cache_ptr,
-        _bt_ptr,
+        cache_ptr,
+        bt_ptr,
         req_ptr,
         pos_ptr,
         cand_ptr,
         out_ptr,
         gmax_ptr,
-        done_ptr,
+        path_ptr,
         ratio,
         entry_base,
         n_cols,
@@ -447,16 +570,16 @@ def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, x
         q_stride_h,
         w_stride_t,
         n_req,
-        _bt_cols,
+        bt_cols,
         bt_stride_r,
-        _num_pages,
-        _page_stride,
+        num_pages,
+        page_stride,
         cand_stride_t,
         cand_cols,
         out_stride_t,
         gmax_stride_t,
-        done_stride_t,
-        done_cols,
+        path_stride_t,
+        path_cols,
     ) = a
     mma: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HI_PAD, 16]
@@ -465,7 +588,7 @@ def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, x
     rl: gl.constexpr = _raw_layout()
     scl: gl.constexpr = gl.SliceLayout(2, rl)
     row: gl.constexpr = gl.SliceLayout(1, mma)
-    t, n_vis, _r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
+    t, n_vis, r_at = _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r)
     j = gl.program_id(1)
     c_first = j * TILES * BLOCK_N
     # consumer 0 folds the queries into shared memory; the others wait for them
@@ -568,36 +691,53 @@ def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, x
         mbarrier.wait(xbar.index(1), 0)
         bits = gl.max(flag_smem.load(fl), axis=0)
         bits = gl.where(q_ok, bits, (1 << (TILES // SPAN)) - 1)
+        if NC > 1:
+            # consumer 1's stores come before the general path's stores over them
+            mbarrier.wait(xbar.index(2), 0)
+        if bits != 0:
+            _general_spans(bits, q_ptr, w_ptr, cache_ptr, bt_ptr, cand_ptr, out_ptr, gmax_ptr, t,
+                           r_at, n_vis, entry_base, n_cols, c_first, q_stride_t, q_stride_h,
+                           w_stride_t, bt_cols, num_pages, page_stride, cand_stride_t,
+                           cand_cols, out_stride_t, gmax_stride_t, q_smem, q2_smem, HI, HI_PAD,
+                           PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, TILES, mma)  # fmt: skip
         sp = gl.arange(0, 32, layout=gl.SliceLayout(0, gml))
         col = j * (TILES // SPAN) + sp
-        gl.store(done_ptr + t * done_stride_t + col, (((bits >> sp) & 1) == 0).to(gl.int8),
-                 mask=(sp < TILES // SPAN) & (col < done_cols))  # fmt: skip
+        # 1: the span's logits are the fp16 path's, 2: the general path's
+        gl.store(path_ptr + t * path_stride_t + col, (1 + ((bits >> sp) & 1)).to(gl.int8),
+                 mask=(sp < TILES // SPAN) & (col < path_cols))  # fmt: skip
+    else:
+        gl.thread_barrier()
+        mbarrier.arrive(xbar.index(2), count=1)
 
 
 @gluon.jit
-def _consumer_main(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
-                   flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr, HAS_CAND: gl.constexpr,
-                   OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
-                   TILES: gl.constexpr, NC: gl.constexpr):  # fmt: skip
-    _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
-             HI, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 0, NC)  # fmt: skip
+def _consumer_main(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty,
+                   xbar, flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr,
+                   PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr,
+                   HAS_GMAX: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr,
+                   NC: gl.constexpr):  # fmt: skip
+    _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
+             flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 0,
+             NC)  # fmt: skip
 
 
 @gluon.jit
-def _consumer_worker(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
-                     flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr, HAS_CAND: gl.constexpr,
-                     OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
-                     TILES: gl.constexpr, NC: gl.constexpr):  # fmt: skip
-    _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar, flag_smem,
-             HI, HI_PAD, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 1, NC)  # fmt: skip
+def _consumer_worker(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty,
+                     xbar, flag_smem, HI: gl.constexpr, HI_PAD: gl.constexpr,
+                     PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr,
+                     HAS_GMAX: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr,
+                     NC: gl.constexpr):  # fmt: skip
+    _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, xbar,
+             flag_smem, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, 1,
+             NC)  # fmt: skip
 
 
 @gluon.jit
 def _gluon_logits_kernel(
-    q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr, done_ptr,
+    q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr, path_ptr,
     ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t, n_req, bt_cols, bt_stride_r,
     num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t, gmax_stride_t,
-    done_stride_t, done_cols,
+    path_stride_t, path_cols,
     HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr,
     OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr,
     NC: gl.constexpr, CONSUMER_REGS: gl.constexpr, GDC: gl.constexpr = False,
@@ -621,12 +761,13 @@ def _gluon_logits_kernel(
         # (the factors); one arrival of the consumer
         mbarrier.init(ready.index(b), count=33)
         mbarrier.init(empty.index(b), count=1)
-    # xbar 0: the queries are in shared memory (NC = 2 only: an mbarrier initialized and never
-    # used would share its bytes with later scratch memory, which PTX leaves undefined); 1: the
-    # producer's range bits are in flag_smem
-    xbar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    # xbar 0: the queries are in shared memory, 2: consumer 1 has stored its tiles (NC = 2 only:
+    # an mbarrier initialized and never used would share its bytes with later scratch memory,
+    # which PTX leaves undefined); 1: the producer's range bits are in flag_smem
+    xbar = gl.allocate_shared_memory(gl.int64, [3, 1], mbarrier.MBarrierLayout())
     if NC > 1:
         mbarrier.init(xbar.index(0), count=1)
+        mbarrier.init(xbar.index(2), count=1)
     mbarrier.init(xbar.index(1), count=1)
     flag_smem = gl.allocate_shared_memory(gl.int32, [128], plain1)
     # the producer's page of each tile (`_program_pages`)
@@ -634,16 +775,16 @@ def _gluon_logits_kernel(
     fence_async_shared()
     gl.thread_barrier()
     a = (q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr,
-         done_ptr, ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t, n_req,
+         path_ptr, ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t, n_req,
          bt_cols, bt_stride_r, num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t,
-         gmax_stride_t, done_stride_t, done_cols)  # fmt: skip
+         gmax_stride_t, path_stride_t, path_cols)  # fmt: skip
     # (constexprs stay constexprs only when the argument tuples are written in place)
     if NC == 1:
         gl.warp_specialize(
             [
-                (_consumer_main, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
-                                  empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
-                                  HAS_GMAX, STAGES, TILES, NC)),
+                (_consumer_main, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem,
+                                  ready, empty, xbar, flag_smem, HI, HI_PAD, PAGE_SIZE,
+                                  HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, NC)),
                 (_producer, (a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
                              page_smem, PAGE_SIZE, STAGES, TILES)),
             ],
@@ -653,12 +794,12 @@ def _gluon_logits_kernel(
     else:
         gl.warp_specialize(
             [
-                (_consumer_main, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
-                                  empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
-                                  HAS_GMAX, STAGES, TILES, NC)),
-                (_consumer_worker, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready,
-                                    empty, xbar, flag_smem, HI, HI_PAD, HAS_CAND, OUT_BF16,
-                                    HAS_GMAX, STAGES, TILES, NC)),
+                (_consumer_main, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem,
+                                  ready, empty, xbar, flag_smem, HI, HI_PAD, PAGE_SIZE,
+                                  HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, NC)),
+                (_consumer_worker, (a, data_smem, fac_smem, mult_smem, q_smem, q2_smem,
+                                    ready, empty, xbar, flag_smem, HI, HI_PAD, PAGE_SIZE,
+                                    HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, NC)),
                 (_producer, (a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
                              page_smem, PAGE_SIZE, STAGES, TILES)),
             ],

@@ -1,15 +1,16 @@
 """Host side of the paged logits on GPUs: the Hopper Gluon kernel (`gluon_kernels.py`) for the
-calls it serves, with the Triton kernel (`triton_kernels.py`) for every other call and for the
-spans the Gluon kernel leaves to it.
+calls it serves, the Triton kernel (`triton_kernels.py`) for every other call.
 
-Bits: the Gluon kernel writes the Triton kernel's fast-path bits for the spans it marks done
-(the same operands, instruction shape, order of products and head-sum tree; checked bitwise on
-the H200 by `tests/test_gluon_logits.py`), and the Triton kernel scores the other spans as it
-always does, so the logits are the Triton kernel's whichever kernel scored a span: a row's
-logits stay a function of that row alone, and the fused and unfused calls agree. Every call the
-Gluon kernel can serve takes it, one row included (measured on the H200: one row of 128K
-entries with group maxima, 18.1 us for the Gluon kernel and the Triton pass over its flags
-against 23.2 us for the Triton kernel alone; BENCHMARKS.md, issue 12, sixth round).
+Bits: the Gluon kernel writes the Triton kernel's bits on every span: the fast path's (the same
+operands, instruction shape, order of products and head-sum tree) where the span is in that
+path's range, and the general path's, scored again at the program's end, where it is not
+(checked bitwise on the H200 by `tests/test_gluon_logits.py`). So the logits are the Triton
+kernel's whichever kernel runs: a row's logits stay a function of that row alone, and the fused
+and unfused calls agree. Every call the Gluon kernel can serve takes it, one row included
+(measured on the H200: one row of 128K entries with group maxima, 18.1 us for the Gluon kernel
+and the Triton pass it then needed against 23.2 us for the Triton kernel alone, BENCHMARKS.md,
+issue 12, sixth round; without that pass, fused one row at 1M 3-4 us less: fourteenth
+session).
 """
 
 from __future__ import annotations
@@ -96,28 +97,25 @@ def paged_logits_gpu(
     gmax: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`paged_logits_triton`'s contract (same arguments, same bits), on the Gluon kernel when
-    `use_gluon` holds (the Triton kernel then scores only the spans the Gluon kernel did not
-    take), else on the Triton kernel alone."""
+    `use_gluon` holds, else on the Triton kernel."""
     if upcast or not use_gluon(q, cache, entry_base, out.shape[1]):
         return paged_logits_triton(
             q, weights, cache, block_table, req_idx, pos, ratio, out, candidates,
             entry_base=entry_base, upcast=upcast, gmax=gmax,
         )  # fmt: skip
-    done = launch_gluon_logits(
+    launch_gluon_logits(
         q, weights, cache, block_table, req_idx, pos, ratio, out, candidates,
         entry_base=entry_base, gmax=gmax,
     )  # fmt: skip
-    return paged_logits_triton(
-        q, weights, cache, block_table, req_idx, pos, ratio, out, candidates,
-        entry_base=entry_base, gmax=gmax, done=done,
-    )  # fmt: skip
+    return out
 
 
 def gluon_config(rows: int, spans: int) -> tuple[int, int]:
     """(consumer warpgroups, tiles) of a Gluon program for a call of `rows` rows of `spans`
     spans (GLUON_SPAN tiles each): few programs (one row) take two consumer warpgroups each,
-    many programs take two, four or eight spans each (one done flag per span). A pure function
-    of the shape (tested on the CPU); the logits are the same bits whichever shape runs."""
+    many programs take two, four or eight spans each (one path decision per span). A pure
+    function of the shape (tested on the CPU); the logits are the same bits whichever shape
+    runs."""
     programs = rows * spans
     if programs <= GLUON_SPLIT_PROGRAMS:
         return 2, TILE[1]
@@ -145,11 +143,10 @@ def launch_gluon_logits(
     gmax: torch.Tensor | None = None,
     config: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """Score every span of `out` (as `paged_logits_triton`) on the Gluon kernel's fast path;
-    returns `done` int8 [T, spans]: 1 where that was the right path (the span's logits and group
-    maxima are final), 0 where the Triton kernel must score the span again. `config`
-    (consumers 1 or 2, tiles 16, 32, 64 or 128) overrides `gluon_config` (the tests run every
-    one)."""
+    """Score every span of `out` (as `paged_logits_triton`, the same bits) on the Gluon kernel;
+    returns int8 [T, spans] with each span's path: 1 the fp16 path, 2 the general path (the
+    tests use it to show both ran). `config` (consumers 1 or 2, tiles 16, 32, 64 or 128)
+    overrides `gluon_config` (the tests run every one)."""
     from . import gluon_kernels as gk
 
     t, hi, _di = q.shape
@@ -158,9 +155,9 @@ def launch_gluon_logits(
     span = block_n * tiles
     assert block_n == gk.GLUON_BLOCK_N and tiles == gk.GLUON_SPAN
     spans = -(-n // span)
-    done = torch.empty((t, max(spans, 1)), dtype=torch.int8, device=q.device)
+    paths = torch.empty((t, max(spans, 1)), dtype=torch.int8, device=q.device)
     if t == 0 or n == 0:
-        return done
+        return paths
     consumers, prog_tiles = config if config is not None else gluon_config(t, spans)
     if consumers not in (1, 2) or prog_tiles not in GLUON_TILES:
         raise ValueError(f"config must be (1 or 2, one of {GLUON_TILES}), got {config}")
@@ -171,17 +168,17 @@ def launch_gluon_logits(
         cand.view(torch.uint8) if candidates is not None else req_idx,
         out.view(torch.int16) if out.dtype == torch.bfloat16 else out,
         gmax if gmax is not None else req_idx,
-        done,
+        paths,
         ratio, entry_base, n, q.stride(0), q.stride(1), weights.stride(0),
         block_table.shape[0], block_table.shape[1], block_table.stride(0),
         cache.num_pages, cache.page_stride,
         cand.stride(0) if candidates is not None else 0,
         candidates.shape[1] if candidates is not None else 0,
-        out.stride(0), gmax.stride(0) if gmax is not None else 0, done.stride(0), spans,
+        out.stride(0), gmax.stride(0) if gmax is not None else 0, paths.stride(0), spans,
         HI=hi, HI_PAD=max(16, 1 << (hi - 1).bit_length()), PAGE_SIZE=cache.page_size,
         HAS_CAND=candidates is not None, OUT_BF16=out.dtype == torch.bfloat16,
         HAS_GMAX=gmax is not None, STAGES=gk.GLUON_STAGES, TILES=prog_tiles, NC=consumers,
         CONSUMER_REGS=gk.GLUON_CONSUMER_REGS,
         num_warps=gk.GLUON_NUM_WARPS, maxnreg=gk.GLUON_MAXNREG, **dependent_launch(q.device),
     )  # fmt: skip
-    return done
+    return paths

@@ -441,8 +441,6 @@ def _paged_logits_kernel(
     cand_cols,
     out_stride_t,
     gmax_stride_t,
-    done_ptr,
-    done_stride_t,
     HI: tl.constexpr,
     HI_PAD: tl.constexpr,
     DI: tl.constexpr,
@@ -459,39 +457,17 @@ def _paged_logits_kernel(
     TILES: tl.constexpr,
     TILES_P2: tl.constexpr,
     STAGES: tl.constexpr,
-    HAS_DONE: tl.constexpr,
-    DONE_SPANS: tl.constexpr,
     GDC: tl.constexpr = False,
 ):
     enter_dependent(GDC)
-    # A program scores DONE_SPANS consecutive spans (one without HAS_DONE, a span a program).
-    # With HAS_DONE (the pass after the Gluon kernel, `gluon_launch.py`) it first loads their
-    # flags at once (most programs stop there) and scores only those the Gluon kernel left
-    # (done == 0); the others keep the Gluon kernel's logits. Each span is scored by the same
-    # code either way.
-    t = tl.program_id(0).to(tl.int64)
-    first = tl.program_id(1) * DONE_SPANS
-    n_spans = tl.cdiv(n_cols, TILES * BLOCK_N)
-    work = True
-    if HAS_DONE:
-        jv = first + tl.arange(0, DONE_SPANS)
-        flags = tl.load(done_ptr + t * done_stride_t + jv, mask=jv < n_spans, other=1)
-        work = tl.max((flags == 0).to(tl.int32), axis=0) != 0
-    if work:
-        for jj in range(DONE_SPANS):
-            j = first + jj
-            todo = True
-            if HAS_DONE:
-                todo = tl.load(done_ptr + t * done_stride_t + j, mask=j < n_spans, other=1) == 0
-            if todo:
-                _paged_logits_span(
-                    j, q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr,
-                    gmax_ptr, ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t,
-                    n_req, bt_cols, bt_stride_r, num_pages, page_stride, cand_stride_t,
-                    cand_cols, out_stride_t, gmax_stride_t, HI, HI_PAD, DI, DATA_BYTES,
-                    SCALE_BYTES, PAGE_SIZE, IN_PAGE, FMT, HAS_CAND, OUT_BF16, HAS_GMAX, UPCAST,
-                    BLOCK_N, TILES, TILES_P2, STAGES,
-                )  # fmt: skip
+    # program (t, j): row t, span j
+    _paged_logits_span(
+        tl.program_id(1), q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr,
+        gmax_ptr, ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t, n_req,
+        bt_cols, bt_stride_r, num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t,
+        gmax_stride_t, HI, HI_PAD, DI, DATA_BYTES, SCALE_BYTES, PAGE_SIZE, IN_PAGE, FMT,
+        HAS_CAND, OUT_BF16, HAS_GMAX, UPCAST, BLOCK_N, TILES, TILES_P2, STAGES,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -948,13 +924,11 @@ def paged_logits_triton(
     entry_base: int = 0,
     upcast: bool = False,
     gmax: torch.Tensor | None = None,
-    done: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Fill `out` [T, n] (f32 or bf16) with logits of entries `entry_base + [0, n)`; with `gmax`
     (int32 [T, >= ceil(n / GROUP)]) also each group's largest order-preserving key (the first
     pass of the top-k; needs a tile that is a multiple of GROUP and `entry_base % GROUP == 0`).
-    With `done` (int8 [T, >= ceil(n / SPAN)], SPAN = BLOCK_N * TILES entries), spans whose flag
-    is nonzero are skipped (the Gluon kernel scored them). `upcast`: the interpreter's fp32
+    `upcast`: the interpreter's fp32
     arithmetic (its fp16 is unreliable); only the interpreter runs it (compiled, the variant's
     fp32 and fp16 query tiles do not unify), so callers pass `interpreter_active()`."""
     if upcast and not interpreter_active():
@@ -994,15 +968,11 @@ def paged_logits_triton(
             warps,
             stages,
             gmax[:, c0 // GROUP.value :] if gmax is not None else None,
-            done[:, c0 // (block_n * tiles) :] if done is not None else None,
         )
     return out
 
 
 MAX_GRID_Y = 65535
-# spans a program of the pass over the Gluon kernel's flags looks at (one program a span
-# launched 262,144 programs, 0.16-0.26 ms, at 256 rows of 1M entries)
-DONE_SPANS = 16
 
 
 def _launch(
@@ -1022,13 +992,11 @@ def _launch(
     warps,
     stages,
     gmax,
-    done=None,
 ):
     t, hi, di = q.shape
     n = out.shape[1]
     cand = candidates if candidates is not None else out
-    spans = triton.cdiv(n, block_n * tiles)
-    grid = (t, spans if done is None else triton.cdiv(spans, DONE_SPANS))
+    grid = (t, triton.cdiv(n, block_n * tiles))
     _paged_logits_kernel[grid](
         q,
         weights,
@@ -1054,8 +1022,6 @@ def _launch(
         candidates.shape[1] if candidates is not None else 0,
         out.stride(0),
         gmax.stride(0) if gmax is not None else 0,
-        done if done is not None else req_idx,
-        done.stride(0) if done is not None else 0,
         HI=hi,
         HI_PAD=max(16, triton.next_power_of_2(hi)),
         DI=di,
@@ -1072,8 +1038,6 @@ def _launch(
         TILES=tiles,
         TILES_P2=triton.next_power_of_2(tiles),
         STAGES=stages,
-        HAS_DONE=done is not None,
-        DONE_SPANS=DONE_SPANS if done is not None else 1,
         num_warps=warps,
         **dependent_launch(q.device),
     )
