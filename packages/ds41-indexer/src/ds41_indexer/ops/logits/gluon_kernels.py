@@ -447,6 +447,27 @@ def _ue8m0_f32(b):
 
 
 @gluon.jit
+def _mask_and_store(logit, valid, entries, at, in_row, cand_row, cand_cols,
+                    HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr):  # fmt: skip
+    """A tile's logits -> -inf where not visible (`valid`) or outside the candidates, stored at
+    `at` where `in_row` (f32, or bf16 bits saturated at the finite range); returns them."""
+    keep = valid
+    if HAS_CAND:
+        cm = gl.load(cand_row + entries, mask=valid & (entries < cand_cols), other=0)
+        keep = keep & (cm != 0)
+    logit = gl.where(keep, logit, float("-inf"))
+    if OUT_BF16:
+        lb = gl.where(logit == float("-inf"), logit,
+                      gl.minimum(gl.maximum(logit, -BF16_MAX), BF16_MAX))  # fmt: skip
+        b = lb.to(gl.uint32, bitcast=True)
+        rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+        gl.store(at, rounded.to(gl.int16), mask=in_row)
+    else:
+        gl.store(at, logit, mask=in_row)
+    return logit
+
+
+@gluon.jit
 def _general_spans(bits, q_ptr, w_ptr, cache_ptr, bt_ptr, cand_ptr, out_ptr, gmax_ptr, t, r_at,
                    n_vis, entry_base, n_cols, c_first, q_stride_t, q_stride_h, w_stride_t,
                    bt_cols, num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t,
@@ -521,21 +542,9 @@ def _general_spans(bits, q_ptr, w_ptr, cache_ptr, bt_ptr, cand_ptr, out_ptr, gma
                 logit = gl.sum(gl.maximum(acc, 0.0) * w[None, :], axis=1)
                 cols = c0 + lane_rows
                 valid = (cols < n_cols) & (entry_base + cols < n_vis)
-                keep = valid
-                if HAS_CAND:
-                    entries = entry_base + cols
-                    cm = gl.load(cand_ptr + t * cand_stride_t + entries,
-                                 mask=valid & (entries < cand_cols), other=0)  # fmt: skip
-                    keep = keep & (cm != 0)
-                logit = gl.where(keep, logit, float("-inf"))
-                if OUT_BF16:
-                    lb = gl.where(logit == float("-inf"), logit,
-                                  gl.minimum(gl.maximum(logit, -BF16_MAX), BF16_MAX))  # fmt: skip
-                    ub = lb.to(gl.uint32, bitcast=True)
-                    rounded = (ub + 0x7FFF + ((ub >> 16) & 1)) >> 16
-                    gl.store(out_row + cols, rounded.to(gl.int16), mask=cols < n_cols)
-                else:
-                    gl.store(out_row + cols, logit, mask=cols < n_cols)
+                logit = _mask_and_store(logit, valid, entry_base + cols, out_row + cols,
+                                        cols < n_cols, cand_ptr + t * cand_stride_t, cand_cols,
+                                        HAS_CAND, OUT_BF16)  # fmt: skip
                 if HAS_GMAX:
                     # the tile is one group of the top-k's first pass
                     gk = gl.max(gl.where(valid, _score_to_key(logit), 0), axis=0)
@@ -650,22 +659,10 @@ def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, x
                 # (written on the columns, the compiler widens the column vector to 64 bits)
                 valid = lane_rows < lim - c0
                 in_row = lane_rows < n_cols - c0
-                out_at = out_row + c0
-                keep = valid
-                if HAS_CAND:
-                    entries = entry_base + c0 + lane_rows
-                    cm = gl.load(cand_ptr + t * cand_stride_t + entries,
-                                 mask=valid & (entries < cand_cols), other=0)  # fmt: skip
-                    keep = keep & (cm != 0)
-                logit = gl.where(keep, logit, float("-inf"))
-                if OUT_BF16:
-                    lb = gl.where(logit == float("-inf"), logit,
-                                  gl.minimum(gl.maximum(logit, -BF16_MAX), BF16_MAX))  # fmt: skip
-                    b = lb.to(gl.uint32, bitcast=True)
-                    rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
-                    gl.store(out_at + lane_rows, rounded.to(gl.int16), mask=in_row)
-                else:
-                    gl.store(out_at + lane_rows, logit, mask=in_row)
+                logit = _mask_and_store(logit, valid, entry_base + c0 + lane_rows,
+                                        out_row + c0 + lane_rows, in_row,
+                                        cand_ptr + t * cand_stride_t, cand_cols, HAS_CAND,
+                                        OUT_BF16)  # fmt: skip
                 if HAS_GMAX:
                     # each warp's largest logit of its 16 entries, kept in register slot i - b0
                     # (lanes hold the slots); keys, visibility and the maximum over the warps come
