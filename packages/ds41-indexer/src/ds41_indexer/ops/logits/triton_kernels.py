@@ -928,9 +928,9 @@ def paged_logits_triton(
     """Fill `out` [T, n] (f32 or bf16) with logits of entries `entry_base + [0, n)`; with `gmax`
     (int32 [T, >= ceil(n / GROUP)]) also each group's largest order-preserving key (the first
     pass of the top-k; needs a tile that is a multiple of GROUP and `entry_base % GROUP == 0`).
-    `upcast`: the interpreter's fp32
-    arithmetic (its fp16 is unreliable); only the interpreter runs it (compiled, the variant's
-    fp32 and fp16 query tiles do not unify), so callers pass `interpreter_active()`."""
+    `upcast`: the interpreter's fp32 arithmetic (its fp16 is unreliable); only the interpreter
+    runs it (compiled, the variant's fp32 and fp16 query tiles do not unify), so callers pass
+    `interpreter_active()`."""
     if upcast and not interpreter_active():
         raise ValueError(
             "upcast=True is the Triton interpreter's fp32 path (TRITON_INTERPRET=1); compiled "
