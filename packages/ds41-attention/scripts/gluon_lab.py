@@ -4,7 +4,10 @@
 Module constants (replaced by `gluon_profile.py`): `DROP` 0 = full kernel, 1 = the producer
 skips the decode (K stages keep stale bytes), 2 = the consumers skip every product and the
 softmax (they only wait and release), 3 = the producer issues no record copies (it decodes
-stale ring bytes); `KSTAGES_MAIN` / `NRAW_MAIN` the K-stage and raw-ring depths for non-bf16
+stale ring bytes), 4 = the work of one CTA of a two-CTA D split (issue 11): the producer
+decodes channels [0, 256) only, consumer 0 computes Q.K^T over those channels (the partial
+score the two CTAs would exchange; no exchange here) and P.V over them, consumer 1 only waits
+and releases; `KSTAGES_MAIN` / `NRAW_MAIN` the K-stage and raw-ring depths for non-bf16
 formats; `PIPE` 1 = consumer 0 issues Q.K^T of tile j + 1 before the softmax of tile j (the
 production setting); `SUB` keys decoded per step. With DROP = 0, PIPE = 1 and the default
 depths this compiled to the same SASS as the production kernel up to commit 85a81ce; production
@@ -289,7 +292,7 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         # both consumers finished tile i - KS, the last reader of this stage
         mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
         if DROP != 1:
-            for h in gl.static_range(2):
+            for h in gl.static_range(2 if DROP != 4 else 1):
                 for k0 in gl.static_range(0, BLOCK_N, SUB):
                     if C_FMT == 3 or i < n_w:
                         x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
@@ -311,7 +314,7 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
 def _qk(q_smem, k_smem, js, mma_s: gl.constexpr):
     """Issue S = Q.K^T of K stage js (async; wait on the result)."""
     s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
-    for h in gl.static_range(2):
+    for h in gl.static_range(2 if DROP != 4 else 1):
         s = warpgroup_mma(q_smem.index(h), k_smem.index(js * 2 + h).permute((1, 0)), s,
                           is_async=True)  # fmt: skip
     return s
@@ -520,7 +523,7 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         js = j % KS
         ps = j % 2
         mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
-        if DROP != 2:
+        if DROP != 2 and DROP != 4:
             alpha = x_smem.index(ps).load(row_o)
             tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1),
                                 acc * alpha[:, None], is_async=True)  # fmt: skip

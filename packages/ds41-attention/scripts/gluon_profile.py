@@ -8,11 +8,12 @@ against float64 and for row invariance, then timed beside the production kernels
 
 Variants (`--variants`, see `main`): pipe = the non-persistent kernel's settings; ks3 = without
 the Q.K^T look-ahead; stage drops (timing only, their outputs are meaningless): *drop1 = no
-decode, *drop2 = no products / softmax, *drop3 = no record copies. The time a drop saves bounds
-what that stage costs on the critical path. `--tile-sweep` times rows of 4..20 tiles (per-tile
-cost vs fixed cost of a program; the production kernel and `pipe` when timed). `--bits pipe`:
-the production kernel must give bitwise the outputs of the lab variant `pipe` (the
-non-persistent kernel, one program per item). `--sweep-rows` sets the tile sweep's row counts.
+decode, *drop2 = no products / softmax, *drop3 = no record copies, *drop4 = one CTA's share of a
+two-CTA D split (half the decode, half of Q.K^T, half of P.V; no exchange). The time a drop
+saves bounds what that stage costs on the critical path. `--tile-sweep` times rows of 4..20
+tiles (per-tile cost vs fixed cost of a program; the production kernel and `pipe` when timed).
+`--bits pipe`: the production kernel must give bitwise the outputs of the lab variant `pipe`
+(the non-persistent kernel, one program per item). `--sweep-rows` sets the tile sweep's row counts.
 `--split`: the fast (split) path's checks (planner split at T = 1, 8, 64; with `--check
 ...,split` also forced split counts 2, 7, 32 through `check`) and its times at small T against
 forced split counts, the invariant kernel and the Triton split path. `--hidden
@@ -408,6 +409,7 @@ def main() -> None:
         "pipe": {}, "pipe2": {"KSTAGES_MAIN": 2}, "pipe_nraw3": {"NRAW_MAIN": 3},
         "pipe_sub32": {"SUB": 32},
         "pipe_drop1": {"DROP": 1}, "pipe_drop2": {"DROP": 2}, "pipe_drop3": {"DROP": 3},
+        "pipe_drop4": {"DROP": 4},
     }  # fmt: skip
     prod = {"triton": launch_sparse_attention, "gluon": launch_gluon_sparse_attention}
     impls: dict[str, Any] = {n: prod[n] for n in a.baselines.split(",") if n in prod}
@@ -441,7 +443,8 @@ def main() -> None:
         ok &= split_checks()
     print("CHECK", "PASS" if ok else "FAIL", flush=True)
     rows = [int(r) for r in a.rows.split(",")]
-    only = {n: [r for r in rows if r in (1, 4096)] for n in names if "drop" in n}
+    # stage drops at the ends of the range; drop4 (a D-split CTA's share) at every T
+    only = {n: [r for r in rows if r in (1, 4096)] for n in names if re.search("drop[123]", n)}
     # forced grids and split counts are there for the bitwise checks only
     only |= {n: [] for n in names if re.search(r"_[gs]\d+$", n)}
     res = bench(impls, rows, only)
