@@ -1,18 +1,28 @@
 # mypy: disable-error-code="no-untyped-def"
 """Lab copy of the Hopper Gluon kernel with profiling switches (not installed, not production).
 
-Module constants (replaced by `gluon_profile.py`): `DROP` 0 = full kernel, 1 = the producer
-skips the decode (K stages keep stale bytes), 2 = the consumers skip every product and the
-softmax (they only wait and release), 3 = the producer issues no record copies (it decodes
-stale ring bytes), 4 = the work of one CTA of a two-CTA D split (issue 11): the producer
-decodes channels [0, 256) only, consumer 0 computes Q.K^T over those channels (the partial
-score the two CTAs would exchange; no exchange here) and P.V over them, consumer 1 only waits
-and releases; `KSTAGES_MAIN` / `NRAW_MAIN` the K-stage and raw-ring depths for non-bf16
-formats; `PIPE` 1 = consumer 0 issues Q.K^T of tile j + 1 before the softmax of tile j (the
-production setting); `SUB` keys decoded per step. With DROP = 0, PIPE = 1 and the default
-depths this compiled to the same SASS as the production kernel up to commit 85a81ce; production
-has since decoded with integer ops (attn7) and 32 keys per step, this copy keeps the hardware
-conversions.
+Module constants (replaced by `gluon_profile.py`):
+- `DROP` 0 = full kernel, 1 = the producer skips the decode (K stages keep stale bytes), 2 =
+  the consumers skip every product and the softmax (they only wait and release), 3 = the
+  producer issues no record copies (it decodes stale ring bytes), 4 = the work of one CTA of a
+  two-CTA D split (issue 11): the producer decodes channels [0, 256) only, consumer 0 computes
+  Q.K^T and P.V over them (no exchange), consumer 1 only waits and releases.
+- `SPLIT` 0 = one CTA a row, Q.K^T one accumulator chain over D (production's arithmetic); 1 =
+  one CTA a row, Q.K^T as two half-D products added (S0 + S1: the bits a D split gives); 2 =
+  two CTAs a row in a cluster of two (launched by `gluon_profile.py`'s `launch_lab_split`): CTA
+  r decodes channels [256 r, 256 r + 256), computes its partial Q.K^T `XAHEAD` tiles ahead,
+  pushes it into the peer's shared memory (inline PTX: `mapa`, then `st.async` counted in bytes
+  on the peer's mbarrier (`XMODE` 1) or `st.shared::cluster` and one remote release arrive a
+  thread (`XMODE` 0)), adds the peer's, runs the softmax and P.V over its channels and stores
+  them (consumer 1 idles). The exchange ring (`XRING` slots) lies past Triton's shared memory
+  at the constexpr `XBASE` (the launcher raises the launch's shared-memory size).
+- `KSTAGES_MAIN` / `NRAW_MAIN` the K-stage and raw-ring depths for non-bf16 formats; `PIPE` 1 =
+  consumer 0 issues Q.K^T of tile j + 1 before the softmax of tile j (the production setting);
+  `SUB` keys decoded per step; `C1_REGS` / `PRODUCER_REGS` the worker partitions' registers.
+
+With DROP = 0, SPLIT = 0, PIPE = 1 and the default depths this compiled to the same SASS as the
+production kernel up to commit 85a81ce; production has since decoded with integer ops (attn7)
+and 32 keys per step, this copy keeps the hardware conversions.
 """
 
 from triton.experimental import gluon
@@ -26,6 +36,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 DROP = gl.constexpr(0)
+SPLIT = gl.constexpr(0)
+XAHEAD = gl.constexpr(2)  # SPLIT 2: partial scores pushed this many tiles ahead (2 or 3)
+XRING = gl.constexpr(4)  # exchange ring slots (SPLIT 2; >= 2 XAHEAD - 1)
+# SPLIT 2's push: 0 = st.shared::cluster + one remote arrive (release) a thread, 1 = st.async
+# whose bytes complete the peer's barrier (the receiver arms it with expect_tx; no fence)
+XMODE = gl.constexpr(0)
 KSTAGES_MAIN = gl.constexpr(3)
 PIPE = gl.constexpr(1)  # 1: consumer 0 issues Q.K^T of tile j + 1 before the softmax of tile j
 NRAW_MAIN = gl.constexpr(2)  # raw ring depth for non-bf16 formats (bf16 records: 2)
@@ -207,6 +223,18 @@ def _fetch(i, n_w, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride, 
 
 
 @gluon.jit
+def _decode_tile(raw_smem, scl_smem, dst, rs, in_window, W_FMT: gl.constexpr, C_FMT: gl.constexpr,
+                 h: gl.constexpr):  # fmt: skip
+    """Channels [256 h, 256 h + 256) of ring slot rs's keys, decoded into `dst`."""
+    for k0 in gl.static_range(0, BLOCK_N, SUB):
+        if C_FMT == 3 or in_window:
+            x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, W_FMT, h)
+        else:
+            x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, C_FMT, h)
+        dst.slice(k0, SUB).store(x)
+
+
+@gluon.jit
 def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP: gl.constexpr):
     swa_len = gl.minimum(gl.maximum(gl.load(swa_lens_ptr + t), 0), W)
     n_w = gl.cdiv(swa_len, BLOCK_N)
@@ -219,8 +247,121 @@ def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP: gl.constexpr):
 
 
 @gluon.jit
+def _row_rank():
+    """(row, CTA rank in the row's pair): SPLIT 2 launches two CTAs a row, clusters of two."""
+    pid = gl.program_id(0)
+    if SPLIT == 2:
+        t = (pid // 2).to(gl.int64)
+        rank = pid % 2
+    else:
+        t = pid.to(gl.int64)
+        rank = pid * 0
+    return t, rank
+
+
+_CLUSTER_SYNC = gl.constexpr("""{
+ barrier.cluster.arrive.release.aligned;
+ barrier.cluster.wait.acquire.aligned;
+ mov.u32 $0, 0;
+}""")
+_BAR_INIT = gl.constexpr("""{
+ .reg .pred p;
+ .reg .u32 a;
+ setp.eq.u32 p, $1, 0;
+ mov.u32 a, global_smem;
+ add.u32 a, a, $2;
+ @p mbarrier.init.shared::cta.b64 [a], $3;
+ fence.mbarrier_init.release.cluster;
+ mov.u32 $0, 0;
+}""")
+_ARM = gl.constexpr("""{
+ .reg .pred p;
+ .reg .u32 a;
+ setp.eq.u32 p, $1, 0;
+ mov.u32 a, global_smem;
+ add.u32 a, a, $2;
+ @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [a], 8192;
+ mov.u32 $0, 0;
+}""")
+_PUSH_ASYNC = gl.constexpr(
+    "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [$4], {$2, $3}, [$6];"
+    " mov.u32 $0, 0; mov.u32 $1, 0;"
+)
+_PEER_BASE = gl.constexpr("""{
+ .reg .u32 la, peer;
+ mov.u32 peer, %cluster_ctarank;
+ xor.b32 peer, peer, 1;
+ mov.u32 la, global_smem;
+ mapa.shared::cluster.u32 $0, la, peer;
+}""")
+_PUSH_PAIR = gl.constexpr("st.shared::cluster.v2.b32 [$4], {$2, $3}; mov.u32 $0, 0; mov.u32 $1, 0;")
+_ARRIVE_REMOTE = gl.constexpr(
+    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$1]; mov.u32 $0, 0;"
+)
+_WAIT_LOCAL = gl.constexpr("""{
+ .reg .pred p;
+ .reg .u32 a;
+ mov.u32 a, global_smem;
+ add.u32 a, a, $1;
+ XW_${:uid}:
+ mbarrier.try_wait.parity.shared::cta.b64 p, [a], $2;
+ @!p bra XW_${:uid};
+ mov.u32 $0, 0;
+}""")
+_LOAD_PAIR = gl.constexpr("""{
+ .reg .u32 a;
+ mov.u32 a, global_smem;
+ add.u32 a, a, $2;
+ ld.shared.v2.b32 {$0, $1}, [a];
+}""")
+
+
+@gluon.jit
+def _cluster_sync():
+    """Every thread of both CTAs (each partition calls it once at its start)."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    gl.inline_asm_elementwise(_CLUSTER_SYNC, "=r,r", [gl.arange(0, 128, layout=one)], gl.int32,
+                              False, 1)  # fmt: skip
+
+
+@gluon.jit
+def _push(part, hk, peer, slot, XBASE: gl.constexpr):
+    """Partial scores [BLOCK_H, BLOCK_N] fp32 into the peer's ring slot, then one arrival a
+    thread on the slot's barrier there (release: the stores land first)."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    dst = peer + XBASE + slot * (BLOCK_H * BLOCK_N * 4) + hk * 4
+    bar = peer + XBASE + XRING * (BLOCK_H * BLOCK_N * 4) + slot * 8
+    if XMODE == 1:
+        args = [part.to(gl.int32, bitcast=True), dst, bar + hk * 0]
+        gl.inline_asm_elementwise(_PUSH_ASYNC, "=r,=r,r,r,r,r,r,r", args, gl.int32, False, 2)
+    else:
+        gl.inline_asm_elementwise(
+            _PUSH_PAIR, "=r,=r,r,r,r,r", [part.to(gl.int32, bitcast=True), dst], gl.int32, False, 2
+        )
+        gl.inline_asm_elementwise(
+            _ARRIVE_REMOTE, "=r,r", [bar + gl.arange(0, 128, layout=one) * 0], gl.int32, False, 1
+        )
+
+
+@gluon.jit
+def _recv(hk, slot, phase, XBASE: gl.constexpr):
+    """The peer's partial scores of ring slot `slot` (waits for its 128 arrivals)."""
+    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    bar = XBASE + XRING * (BLOCK_H * BLOCK_N * 4) + slot * 8
+    z = gl.arange(0, 128, layout=one) * 0
+    gl.inline_asm_elementwise(_WAIT_LOCAL, "=r,r,r", [bar + z, phase + z], gl.int32, False, 1)
+    src = XBASE + slot * (BLOCK_H * BLOCK_N * 4) + hk * 4
+    v = gl.inline_asm_elementwise(_LOAD_PAIR, "=r,=r,r,r", [src], gl.int32, True, 2)
+    if XMODE == 1:  # arm the slot's next phase (tile + XRING) for the peer's bytes
+        tid = gl.arange(0, 128, layout=one)
+        gl.inline_asm_elementwise(_ARM, "=r,r,r", [tid, bar + z], gl.int32, False, 1)
+    return v.to(gl.float32, bitcast=True)
+
+
+@gluon.jit
 def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
-              bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+              bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+              XBASE: gl.constexpr):  # fmt: skip
     (
         q_ptr,
         stride_qt,
@@ -251,7 +392,9 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         H,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
-    t = gl.program_id(0).to(gl.int64)
+    t, rank = _row_rank()
+    if SPLIT == 2:
+        _cluster_sync()
     hb = gl.program_id(1)
     row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     swa_len, n_w, comp_len, total = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
@@ -270,8 +413,9 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ql))
     hmask = heads < H
     cq = gl.arange(0, 256, layout=gl.SliceLayout(0, ql))
-    for h in gl.static_range(2):
-        qv = gl.load(q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + cq[None, :],
+    for h in gl.static_range(2 if SPLIT != 2 else 1):
+        qc = (h + rank) * 256
+        qv = gl.load(q_ptr + t * stride_qt + heads[:, None] * stride_qh + qc + cq[None, :],
                      mask=hmask[:, None], other=0.0)  # fmt: skip
         q_smem.index(h).store(qv)
     fence_async_shared()
@@ -291,16 +435,15 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         ok_i = meta_smem.index(rs).load(row_l) != 0
         # both consumers finished tile i - KS, the last reader of this stage
         mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
-        if DROP != 1:
+        if SPLIT == 2:  # this CTA's channels only, into the one half of its K stage
+            if rank == 0:
+                _decode_tile(raw_smem, scl_smem, k_smem.index(ks), rs, i < n_w, W_FMT, C_FMT, 0)
+            else:
+                _decode_tile(raw_smem, scl_smem, k_smem.index(ks), rs, i < n_w, W_FMT, C_FMT, 1)
+        elif DROP != 1:
             for h in gl.static_range(2 if DROP != 4 else 1):
-                for k0 in gl.static_range(0, BLOCK_N, SUB):
-                    if C_FMT == 3 or i < n_w:
-                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
-                                        W_FMT, h)  # fmt: skip
-                    else:
-                        x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0,
-                                        C_FMT, h)  # fmt: skip
-                    k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
+                _decode_tile(raw_smem, scl_smem, k_smem.index(ks * 2 + h), rs, i < n_w, W_FMT,
+                             C_FMT, h)  # fmt: skip
         kval_smem.index(ks).store(ok_i.to(gl.int32))
         fence_async_shared()
         gl.thread_barrier()
@@ -321,6 +464,26 @@ def _qk(q_smem, k_smem, js, mma_s: gl.constexpr):
 
 
 @gluon.jit
+def _qk_half(q_smem, k_smem, qi, ki, mma_s: gl.constexpr):
+    """Issue one half-D product Q_qi.K_ki^T from zero (async; wait on the result)."""
+    s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
+    return warpgroup_mma(q_smem.index(qi), k_smem.index(ki).permute((1, 0)), s, is_async=True)
+
+
+@gluon.jit
+def _ahead_part(q_smem, k_smem, bars, hk, peer, total, m: gl.constexpr, KS: gl.constexpr,
+                XBASE: gl.constexpr, mma_s: gl.constexpr):  # fmt: skip
+    """Prologue of SPLIT 2: this CTA's partial scores of tile m, pushed when the row has it."""
+    has = total > m
+    jm = gl.where(has, m % KS, 0)
+    mbarrier.wait(bars.index(1 + jm), (m // KS) & 1, pred=has)
+    part = warpgroup_mma_wait(0, deps=[_qk_half(q_smem, k_smem, 0, jm, mma_s)])
+    if has:
+        _push(part, hk, peer, m, XBASE)
+    return part
+
+
+@gluon.jit
 def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
     """Online softmax of one tile: (P bf16, rescale factor, new max, new sum)."""
     ok_j = kval.load(gl.SliceLayout(0, mma_s)) != 0
@@ -336,7 +499,8 @@ def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
 
 @gluon.jit
 def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
-               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+               XBASE: gl.constexpr):  # fmt: skip
     """Q.K^T of the whole tile, the online softmax, P (bf16) and the rescale factor to shared
     memory for consumer 1, P.V over channels [0, 256)."""
     (
@@ -369,7 +533,9 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         H,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
-    t = gl.program_id(0).to(gl.int64)
+    t, rank = _row_rank()
+    if SPLIT == 2:
+        _cluster_sync()
     hb = gl.program_id(1)
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
@@ -385,9 +551,63 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
     acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
     mbarrier.wait(bars.index(0), 0)
-    if PIPE and DROP != 2:
+    if SPLIT == 2:
+        # partial scores XAHEAD tiles ahead: tile j + XAHEAD's product and push overlap tile j.
+        # Tile j + XAHEAD needs its own K stage while tile j holds one; a slot is written
+        # again only after the peer read it (its push of tile m follows its read of tile
+        # m - 2 XAHEAD + 1 or later)
+        gl.static_assert(KS >= XAHEAD + 1, "SPLIT 2 needs XAHEAD + 1 K stages")
+        gl.static_assert(XRING >= 2 * XAHEAD - 1, "SPLIT 2 needs 2 XAHEAD - 1 ring slots")
+        hk = (gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_s))[:, None] * BLOCK_N
+              + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_s))[None, :])  # fmt: skip
+        one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        peer = gl.max(gl.inline_asm_elementwise(_PEER_BASE, "=r,r", [gl.arange(0, 128, layout=one)],
+                                                gl.int32, True, 1), axis=0)  # fmt: skip
         mbarrier.wait(bars.index(1), 0)
-        s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, 0, mma_s)])
+        p0 = warpgroup_mma_wait(0, deps=[_qk_half(q_smem, k_smem, 0, 0, mma_s)])
+        _push(p0, hk, peer, 0, XBASE)
+        pn = _ahead_part(q_smem, k_smem, bars, hk, peer, total, 1, KS, XBASE, mma_s)
+        if XAHEAD == 3:
+            pn2 = _ahead_part(q_smem, k_smem, bars, hk, peer, total, 2, KS, XBASE, mma_s)
+        s_cur = p0 + _recv(hk, 0, 0, XBASE)
+        for j in range(0, total):
+            js = j % KS
+            ps = j % 2
+            has_a = j + XAHEAD < total
+            ja = gl.where(has_a, (j + XAHEAD) % KS, js)
+            mbarrier.wait(bars.index(1 + ja), ((j + XAHEAD) // KS) & 1, pred=has_a)
+            s_tok = _qk_half(q_smem, k_smem, 0, ja, mma_s)
+            p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
+            mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
+            p_smem.index(ps).store(p16)
+            x_smem.index(ps).store(alpha)
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(PF + ps), count=1)
+            alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+            tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js),
+                                acc * alpha_o[:, None], is_async=True)  # fmt: skip
+            acc, part = warpgroup_mma_wait(0, deps=[tok, s_tok])
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(1 + KS + js), count=1)
+            if has_a:
+                _push(part, hk, peer, (j + XAHEAD) % XRING, XBASE)
+            if j + 1 < total:
+                s_cur = pn + _recv(hk, (j + 1) % XRING, ((j + 1) // XRING) & 1, XBASE)
+            if XAHEAD == 3:
+                pn = pn2
+                pn2 = part
+            else:
+                pn = part
+    elif PIPE and DROP != 2:
+        mbarrier.wait(bars.index(1), 0)
+        if SPLIT == 1:
+            t0 = _qk_half(q_smem, k_smem, 0, 0, mma_s)
+            t1 = _qk_half(q_smem, k_smem, 1, 1, mma_s)
+            s0, s1 = warpgroup_mma_wait(0, deps=[t0, t1])
+            s_cur = s0 + s1
+        else:
+            s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, 0, mma_s)])
         for j in range(0, total):
             js = j % KS
             ps = j % 2
@@ -396,7 +616,11 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
             has_next = j + 1 < total
             jn = gl.where(has_next, (j + 1) % KS, js)
             mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1, pred=has_next)
-            s_tok = _qk(q_smem, k_smem, jn, mma_s)
+            if SPLIT == 1:
+                t0 = _qk_half(q_smem, k_smem, 0, jn * 2, mma_s)
+                t1 = _qk_half(q_smem, k_smem, 1, jn * 2 + 1, mma_s)
+            else:
+                s_tok = _qk(q_smem, k_smem, jn, mma_s)
             p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
             mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
             p_smem.index(ps).store(p16)
@@ -407,7 +631,11 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
             alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
             tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
                                 acc * alpha_o[:, None], is_async=True)  # fmt: skip
-            acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
+            if SPLIT == 1:
+                acc, s0, s1 = warpgroup_mma_wait(0, deps=[tok, t0, t1])
+                s_cur = s0 + s1
+            else:
+                acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
             gl.thread_barrier()
             mbarrier.arrive(bars.index(1 + KS + js), count=1)
     else:
@@ -460,15 +688,17 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     gl.thread_barrier()
     mbarrier.arrive(bars.index(PF + 4), count=1)
     lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
-    gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
-    _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), out_ptr, t, stride_ot,
-               stride_oh, hb, H, 0, mma_o)  # fmt: skip
+    gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask & (rank == 0))
+    denom_o = gl.convert_layout(denom, gl.SliceLayout(1, mma_o))
+    _store_out(acc, denom_o, out_ptr, t, stride_ot, stride_oh, hb, H, rank, mma_o)
     return (m_i,)
 
 
 @gluon.jit
-def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C: gl.constexpr,
+def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C,
                mma_o: gl.constexpr):  # fmt: skip
+    """Channels [256 C, 256 C + 256) of the output rows (C: the half of D, a runtime value in
+    a split CTA)."""
     o = gl.where(denom[:, None] > 0.0, acc / denom[:, None], 0.0).to(gl.bfloat16)
     oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
     oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
@@ -478,7 +708,8 @@ def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C: gl.conste
 
 @gluon.jit
 def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
-               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+               XBASE: gl.constexpr):  # fmt: skip
     """P.V over channels [256, 512) with P and the rescale factor from consumer 0."""
     (
         _q_ptr,
@@ -510,7 +741,9 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         H,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
-    t = gl.program_id(0).to(gl.int64)
+    t, _rank = _row_rank()
+    if SPLIT == 2:
+        _cluster_sync()
     hb = gl.program_id(1)
     mma_o: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
@@ -523,7 +756,7 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         js = j % KS
         ps = j % 2
         mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
-        if DROP != 2 and DROP != 4:
+        if DROP != 2 and DROP != 4 and SPLIT != 2:
             alpha = x_smem.index(ps).load(row_o)
             tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1),
                                 acc * alpha[:, None], is_async=True)  # fmt: skip
@@ -532,8 +765,9 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
         mbarrier.arrive(bars.index(1 + KS + js), count=1)
     mbarrier.wait(bars.index(PF + 4), 0)
-    denom = x_smem.index(2).load(row_o)
-    _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, 1, mma_o)
+    if SPLIT != 2:  # a split CTA's consumer 0 stores its channels
+        denom = x_smem.index(2).load(row_o)
+        _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, 1, mma_o)
 
 
 @gluon.jit
@@ -544,7 +778,7 @@ def _gluon_sparse_attn_kernel(
     sink_ptr, scale,
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # bf16 out
     H,
-    W_FMT: gl.constexpr, C_FMT: gl.constexpr,
+    W_FMT: gl.constexpr, C_FMT: gl.constexpr, XBASE: gl.constexpr = 0,
 ):  # fmt: skip
     KS: gl.constexpr = _kstages(W_FMT, C_FMT, KSTAGES_MAIN)
     NRAW: gl.constexpr = _kstages(W_FMT, C_FMT, NRAW_MAIN)
@@ -554,8 +788,9 @@ def _gluon_sparse_attn_kernel(
     q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, 256], gl.bfloat16)
     k_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, 256], gl.bfloat16)
     p_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_H, BLOCK_N], gl.bfloat16)
-    q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, 256], q_lay)
-    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2 * KS, BLOCK_N, 256], k_lay)
+    NH: gl.constexpr = 2 if SPLIT != 2 else 1  # halves of D a CTA holds
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [NH, BLOCK_H, 256], q_lay)
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [NH * KS, BLOCK_N, 256], k_lay)
     raw_smem = gl.allocate_shared_memory(gl.int32, [NRAW * 2, BLOCK_N, RW], plain)
     scl_smem = gl.allocate_shared_memory(gl.uint8, [NRAW, BLOCK_N, 32], plain)
     meta_smem = gl.allocate_shared_memory(gl.int32, [NRAW, BLOCK_N], plain1)
@@ -572,6 +807,16 @@ def _gluon_sparse_attn_kernel(
         mbarrier.init(bars.index(b), count=2)
     for b in gl.static_range(PF, PF + 5):
         mbarrier.init(bars.index(b), count=1)
+    if SPLIT == 2:  # the exchange ring's barriers, past Triton's shared memory
+        one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        tid = gl.arange(0, 128, layout=one)
+        for r in gl.static_range(XRING):
+            off = XBASE + XRING * (BLOCK_H * BLOCK_N * 4) + r * 8
+            count = 1 if XMODE == 1 else 128  # the local arm, or each peer thread
+            gl.inline_asm_elementwise(_BAR_INIT, "=r,r,r,r", [tid, off + tid * 0, count + tid * 0],
+                                      gl.int32, False, 1)  # fmt: skip
+            if XMODE == 1:
+                gl.inline_asm_elementwise(_ARM, "=r,r,r", [tid, off + tid * 0], gl.int32, False, 1)
     fence_async_shared()
     gl.thread_barrier()
     a = (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr,
@@ -596,6 +841,7 @@ def _gluon_sparse_attn_kernel(
                     W_FMT,
                     C_FMT,
                     KS,
+                    XBASE,
                 ),
             ),
             (
@@ -614,6 +860,7 @@ def _gluon_sparse_attn_kernel(
                     W_FMT,
                     C_FMT,
                     KS,
+                    XBASE,
                 ),
             ),
             (
@@ -632,6 +879,7 @@ def _gluon_sparse_attn_kernel(
                     W_FMT,
                     C_FMT,
                     KS,
+                    XBASE,
                 ),
             ),
         ],

@@ -10,8 +10,13 @@ Variants (`--variants`, see `main`): pipe = the non-persistent kernel's settings
 the Q.K^T look-ahead; stage drops (timing only, their outputs are meaningless): *drop1 = no
 decode, *drop2 = no products / softmax, *drop3 = no record copies, *drop4 = one CTA's share of a
 two-CTA D split (half the decode, half of Q.K^T, half of P.V; no exchange). The time a drop
-saves bounds what that stage costs on the critical path. `--tile-sweep` times rows of 4..20
-tiles (per-tile cost vs fixed cost of a program; the production kernel and `pipe` when timed).
+saves bounds what that stage costs on the critical path. split1 = one CTA a row with Q.K^T as
+two half-D products added, split2 = the two-CTA D split itself (clusters of two, partial
+scores pushed two tiles ahead through distributed shared memory with a release arrive),
+split2a = the same with `st.async` pushes, split2a_ks4 / split2a_la3 = four K stages / and
+three tiles ahead (`--bits split2a:split1` checks that a split gives split1's bits).
+`--tile-sweep` times rows of 4..20 tiles (per-tile cost vs fixed cost of a program; the
+production kernel and `pipe` when timed).
 `--bits pipe`: the production kernel must give bitwise the outputs of the lab variant `pipe`
 (the non-persistent kernel, one program per item). `--sweep-rows` sets the tile sweep's row counts.
 `--split`: the fast (split) path's checks (planner split at T = 1, 8, 64; with `--check
@@ -103,6 +108,36 @@ def launch_lab(mod: ModuleType, *args):
     mod._gluon_sparse_attn_kernel[(t_rows, -(-h // mod.GLUON_BLOCK_H))](
         *a, **fmts, num_warps=mod.GLUON_NUM_WARPS, maxnreg=mod.GLUON_MAXNREG
     )
+    return out, lse
+
+
+def launch_lab_split(mod: ModuleType, *args):
+    """A `gluon_lab.py` variant with SPLIT = 2: two CTAs a row in clusters of two. Triton
+    compiles the kernel for one CTA (its `num_ctas` path cannot lower this kernel's shared
+    memory views); the launch asks for clusters of two and for the exchange ring's bytes past
+    the compiled kernel's shared memory, at XBASE (compiled in: a first compile at XBASE = 0
+    gives the size; XBASE only appears in inline asm, so the second compile's allocation must
+    come out the same, which is checked)."""
+    q = args[0]
+    t_rows, h, d = q.shape
+    out = torch.empty((t_rows, h, d), dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty((t_rows, h), dtype=torch.float32, device=q.device)
+    a, fmts = kernel_args(*args, out, lse)
+    kern = mod._gluon_sparse_attn_kernel
+    grid = (t_rows, -(-h // mod.GLUON_BLOCK_H))
+    opts = {"num_warps": mod.GLUON_NUM_WARPS, "maxnreg": mod.GLUON_MAXNREG}
+    sized = kern.warmup(*a, **fmts, XBASE=0, grid=grid, **opts)
+    xbase = -(-sized.metadata.shared // 1024) * 1024
+    k = kern.warmup(*a, **fmts, XBASE=xbase, grid=grid, **opts)
+    if not getattr(k, "ds41_cluster_launch", False):
+        if k.metadata.shared != sized.metadata.shared:
+            raise RuntimeError("XBASE moved the shared-memory allocation")
+        slots = mod.XRING.value
+        total = xbase + slots * mod.BLOCK_H.value * mod.BLOCK_N.value * 4 + slots * 8
+        k.metadata = k.metadata._replace(shared=total)
+        k.packed_metadata = (k.metadata.num_warps, 2, total)  # clusters of two CTAs
+        k.ds41_cluster_launch = True
+    kern[grid](*a, **fmts, XBASE=xbase, **opts)
     return out, lse
 
 
@@ -410,6 +445,11 @@ def main() -> None:
         "pipe_sub32": {"SUB": 32},
         "pipe_drop1": {"DROP": 1}, "pipe_drop2": {"DROP": 2}, "pipe_drop3": {"DROP": 3},
         "pipe_drop4": {"DROP": 4},
+        "split1": {"SPLIT": 1}, "split2": {"SPLIT": 2, "C1_REGS": 24},
+        "split2a": {"SPLIT": 2, "C1_REGS": 24, "XMODE": 1},
+        "split2a_ks4": {"SPLIT": 2, "C1_REGS": 24, "XMODE": 1, "KSTAGES_MAIN": 4},
+        "split2a_la3": {"SPLIT": 2, "C1_REGS": 24, "XMODE": 1, "KSTAGES_MAIN": 4, "XAHEAD": 3,
+                        "XRING": 6},
     }  # fmt: skip
     prod = {"triton": launch_sparse_attention, "gluon": launch_gluon_sparse_attention}
     impls: dict[str, Any] = {n: prod[n] for n in a.baselines.split(",") if n in prod}
@@ -422,6 +462,8 @@ def main() -> None:
                                          load_variant(n, PROD, **PROD_SPECS[n[5:]]))  # fmt: skip
         elif re.fullmatch(r"gluon_s\d+", n):
             impls[n] = functools.partial(launch_gluon_fast, splits=int(n[7:]))
+        elif n.startswith("split2"):
+            impls[n] = functools.partial(launch_lab_split, load_variant(n, **spec[n]))
         else:
             impls[n] = functools.partial(launch_lab, load_variant(n, **spec[n]))
     for spec_f in filter(None, a.files.split(",")):
