@@ -35,6 +35,7 @@ import subprocess
 import sys
 
 import torch
+from gluon_lab import _ARRIVE_REMOTE, _CLUSTER_SYNC, _PEER_BASE, _PUSH_PAIR
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
@@ -67,25 +68,12 @@ PUSH = gl.constexpr("""{
  st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [ra], $1, [rb];
  mov.u32 $0, 0;
 }""")
-# The peer CTA's shared-memory window: its address of global_smem.
-PEER_BASE = gl.constexpr("""{
- .reg .u32 la, peer;
- mov.u32 peer, %cluster_ctarank;
- xor.b32 peer, peer, 1;
- mov.u32 la, global_smem;
- mapa.shared::cluster.u32 $0, la, peer;
-}""")
-# Two adjacent elements ($2, $3) to the peer's address $4, plain distributed-shared stores.
-PUSH_PAIR = gl.constexpr("st.shared::cluster.v2.b32 [$4], {$2, $3}; mov.u32 $0, 0; mov.u32 $1, 0;")
-# One arrival per thread on the peer's barrier, ordering the thread's pushes before it.
-ARRIVE_REMOTE = gl.constexpr(
-    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$1]; mov.u32 $0, 0;"
-)
-CLUSTER_SYNC = gl.constexpr("""{
- barrier.cluster.arrive.release.aligned;
- barrier.cluster.wait.acquire.aligned;
- mov.u32 $0, 0;
-}""")
+# The PTX the lab's split kernel uses too: the peer CTA's address of global_smem, two adjacent
+# elements to a peer address, one remote release arrive a thread, a sync of both CTAs.
+PEER_BASE = _PEER_BASE
+PUSH_PAIR = _PUSH_PAIR
+ARRIVE_REMOTE = _ARRIVE_REMOTE
+CLUSTER_SYNC = _CLUSTER_SYNC
 BAR_INIT_FENCE = gl.constexpr("fence.mbarrier_init.release.cluster; mov.u32 $0, 0;")
 # Global stores of a layout replicated over the cluster are predicated to CTA 0 by Triton; each
 # CTA here stores its own rows, so the store is written out.

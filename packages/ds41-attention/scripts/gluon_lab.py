@@ -264,25 +264,22 @@ _CLUSTER_SYNC = gl.constexpr("""{
  barrier.cluster.wait.acquire.aligned;
  mov.u32 $0, 0;
 }""")
-_BAR_INIT = gl.constexpr("""{
- .reg .pred p;
- .reg .u32 a;
- setp.eq.u32 p, $1, 0;
- mov.u32 a, global_smem;
- add.u32 a, a, $2;
- @p mbarrier.init.shared::cta.b64 [a], $3;
- fence.mbarrier_init.release.cluster;
- mov.u32 $0, 0;
-}""")
-_ARM = gl.constexpr("""{
- .reg .pred p;
- .reg .u32 a;
- setp.eq.u32 p, $1, 0;
- mov.u32 a, global_smem;
- add.u32 a, a, $2;
- @p mbarrier.arrive.expect_tx.shared::cta.b64 _, [a], 8192;
- mov.u32 $0, 0;
-}""")
+
+
+def _thread0_on_barrier(op: str) -> gl.constexpr:
+    """PTX: thread 0 (`$1` == 0) runs `op` on the mbarrier at `global_smem + $2` (`a`)."""
+    return gl.constexpr(
+        "{\n .reg .pred p;\n .reg .u32 a;\n setp.eq.u32 p, $1, 0;\n mov.u32 a, global_smem;\n"
+        " add.u32 a, a, $2;\n @p " + op + "\n mov.u32 $0, 0;\n}"
+    )
+
+
+# init with $3 arrivals (all threads fence the inits for the cluster)
+_BAR_INIT = _thread0_on_barrier(
+    "mbarrier.init.shared::cta.b64 [a], $3;\n fence.mbarrier_init.release.cluster;"
+)
+# one local arrival expecting a tile of the peer's bytes
+_ARM = _thread0_on_barrier("mbarrier.arrive.expect_tx.shared::cta.b64 _, [a], 8192;")
 _PUSH_ASYNC = gl.constexpr(
     "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [$4], {$2, $3}, [$6];"
     " mov.u32 $0, 0; mov.u32 $1, 0;"
