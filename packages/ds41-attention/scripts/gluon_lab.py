@@ -481,6 +481,23 @@ def _ahead_part(q_smem, k_smem, bars, hk, peer, total, m: gl.constexpr, KS: gl.c
 
 
 @gluon.jit
+def _p_out_and_pv(p16, alpha, acc, p_smem, x_smem, bars, v_stage, j, PF: gl.constexpr,
+                  mma_o: gl.constexpr, p_op: gl.constexpr):  # fmt: skip
+    """Tile j's P and rescale factor to consumer 1's double buffer, then issue P.V over
+    `v_stage`'s channels on the rescaled accumulator (async)."""
+    ps = j % 2
+    mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
+    p_smem.index(ps).store(p16)
+    x_smem.index(ps).store(alpha)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(PF + ps), count=1)
+    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+    return warpgroup_mma(gl.convert_layout(p16, p_op), v_stage, acc * alpha_o[:, None],
+                         is_async=True)  # fmt: skip
+
+
+@gluon.jit
 def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
     """Online softmax of one tile: (P bf16, rescale factor, new max, new sum)."""
     ok_j = kval.load(gl.SliceLayout(0, mma_s)) != 0
@@ -569,21 +586,13 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         s_cur = p0 + _recv(hk, 0, 0, XBASE)
         for j in range(0, total):
             js = j % KS
-            ps = j % 2
             has_a = j + XAHEAD < total
             ja = gl.where(has_a, (j + XAHEAD) % KS, js)
             mbarrier.wait(bars.index(1 + ja), ((j + XAHEAD) // KS) & 1, pred=has_a)
             s_tok = _qk_half(q_smem, k_smem, 0, ja, mma_s)
             p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
-            mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
-            p_smem.index(ps).store(p16)
-            x_smem.index(ps).store(alpha)
-            fence_async_shared()
-            gl.thread_barrier()
-            mbarrier.arrive(bars.index(PF + ps), count=1)
-            alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
-            tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js),
-                                acc * alpha_o[:, None], is_async=True)  # fmt: skip
+            tok = _p_out_and_pv(p16, alpha, acc, p_smem, x_smem, bars, k_smem.index(js), j, PF,
+                                mma_o, p_op)  # fmt: skip
             acc, part = warpgroup_mma_wait(0, deps=[tok, s_tok])
             gl.thread_barrier()
             mbarrier.arrive(bars.index(1 + KS + js), count=1)
@@ -607,7 +616,6 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
             s_cur = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, 0, mma_s)])
         for j in range(0, total):
             js = j % KS
-            ps = j % 2
             # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax (the
             # last tile repeats its own stage, result unused)
             has_next = j + 1 < total
@@ -619,15 +627,8 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
             else:
                 s_tok = _qk(q_smem, k_smem, jn, mma_s)
             p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
-            mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
-            p_smem.index(ps).store(p16)
-            x_smem.index(ps).store(alpha)
-            fence_async_shared()
-            gl.thread_barrier()
-            mbarrier.arrive(bars.index(PF + ps), count=1)
-            alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
-            tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
-                                acc * alpha_o[:, None], is_async=True)  # fmt: skip
+            tok = _p_out_and_pv(p16, alpha, acc, p_smem, x_smem, bars, k_smem.index(js * 2), j,
+                                PF, mma_o, p_op)  # fmt: skip
             if SPLIT == 1:
                 acc, s0, s1 = warpgroup_mma_wait(0, deps=[tok, t0, t1])
                 s_cur = s0 + s1
