@@ -642,31 +642,10 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
             ps = j % 2
             mbarrier.wait(bars.index(1 + js), (j // KS) & 1)
             if DROP != 2:
-                s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, mma_s)
-                for h in gl.static_range(2):
-                    s = warpgroup_mma(q_smem.index(h), k_smem.index(js * 2 + h).permute((1, 0)), s,
-                                      is_async=True)  # fmt: skip
-                s = warpgroup_mma_wait(0, deps=[s])
-                ok_j = kval_smem.index(js).load(gl.SliceLayout(0, mma_s)) != 0
-                s = gl.where(ok_j[None, :], s * scale, -float("inf"))
-                m_new = gl.maximum(m_i, gl.max(s, 1))
-                # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
-                m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
-                alpha = gl.exp(m_i - m_safe)
-                p = gl.exp(s - m_safe[:, None])
-                l_i = l_i * alpha + gl.sum(p, 1)
-                m_i = m_new
-                p16 = p.to(gl.bfloat16)
-                # P and alpha of this tile for consumer 1 (double-buffered)
-                mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
-                p_smem.index(ps).store(p16)
-                x_smem.index(ps).store(alpha)
-                fence_async_shared()
-                gl.thread_barrier()
-                mbarrier.arrive(bars.index(PF + ps), count=1)
-                alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
-                tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
-                                    acc * alpha_o[:, None], is_async=True)  # fmt: skip
+                s = warpgroup_mma_wait(0, deps=[_qk(q_smem, k_smem, js, mma_s)])
+                p16, alpha, m_i, l_i = _softmax(s, kval_smem.index(js), m_i, l_i, scale, mma_s)
+                tok = _p_out_and_pv(p16, alpha, acc, p_smem, x_smem, bars, k_smem.index(js * 2),
+                                    j, PF, mma_o, p_op)  # fmt: skip
                 acc = warpgroup_mma_wait(0, deps=[tok])
                 gl.thread_barrier()
             else:
