@@ -246,6 +246,12 @@ def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP: gl.constexpr):
     return swa_len, n_w, comp_len, gl.maximum(n_w + gl.cdiv(comp_len, BLOCK_N), 1)
 
 
+def exchange_ring_bytes() -> int:
+    """Shared-memory bytes of SPLIT 2's exchange ring: XRING score tiles (fp32), then XRING
+    mbarriers (the layout `_push` / `_recv` address past XBASE)."""
+    return XRING.value * (BLOCK_H.value * BLOCK_N.value * 4 + 8)
+
+
 @gluon.jit
 def _row_rank():
     """(row, CTA rank in the row's pair): SPLIT 2 launches two CTAs a row, clusters of two."""

@@ -97,17 +97,23 @@ def load_variant(name: str, path: str = LAB, **consts: int) -> ModuleType:
     return mod
 
 
-def launch_lab(mod: ModuleType, *args):
-    """A `gluon_lab.py` variant (invariant path only: its signature ends at `H`) launched as
-    the production kernel's invariant path is."""
+def _lab_launch_args(mod: ModuleType, args: tuple) -> tuple:
+    """(out, lse, kernel args, format constexprs, grid, launch options) of a lab launch."""
     q = args[0]
     t_rows, h, d = q.shape
     out = torch.empty((t_rows, h, d), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((t_rows, h), dtype=torch.float32, device=q.device)
     a, fmts = kernel_args(*args, out, lse)
-    mod._gluon_sparse_attn_kernel[(t_rows, -(-h // mod.GLUON_BLOCK_H))](
-        *a, **fmts, num_warps=mod.GLUON_NUM_WARPS, maxnreg=mod.GLUON_MAXNREG
-    )
+    grid = (t_rows, -(-h // mod.GLUON_BLOCK_H))
+    opts = {"num_warps": mod.GLUON_NUM_WARPS, "maxnreg": mod.GLUON_MAXNREG}
+    return out, lse, a, fmts, grid, opts
+
+
+def launch_lab(mod: ModuleType, *args):
+    """A `gluon_lab.py` variant (invariant path only: its signature ends at `H`) launched as
+    the production kernel's invariant path is."""
+    out, lse, a, fmts, grid, opts = _lab_launch_args(mod, args)
+    mod._gluon_sparse_attn_kernel[grid](*a, **fmts, **opts)
     return out, lse
 
 
@@ -118,22 +124,15 @@ def launch_lab_split(mod: ModuleType, *args):
     the compiled kernel's shared memory, at XBASE (compiled in: a first compile at XBASE = 0
     gives the size; XBASE only appears in inline asm, so the second compile's allocation must
     come out the same, which is checked)."""
-    q = args[0]
-    t_rows, h, d = q.shape
-    out = torch.empty((t_rows, h, d), dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty((t_rows, h), dtype=torch.float32, device=q.device)
-    a, fmts = kernel_args(*args, out, lse)
+    out, lse, a, fmts, grid, opts = _lab_launch_args(mod, args)
     kern = mod._gluon_sparse_attn_kernel
-    grid = (t_rows, -(-h // mod.GLUON_BLOCK_H))
-    opts = {"num_warps": mod.GLUON_NUM_WARPS, "maxnreg": mod.GLUON_MAXNREG}
     sized = kern.warmup(*a, **fmts, XBASE=0, grid=grid, **opts)
     xbase = -(-sized.metadata.shared // 1024) * 1024
     k = kern.warmup(*a, **fmts, XBASE=xbase, grid=grid, **opts)
     if not getattr(k, "ds41_cluster_launch", False):
         if k.metadata.shared != sized.metadata.shared:
             raise RuntimeError("XBASE moved the shared-memory allocation")
-        slots = mod.XRING.value
-        total = xbase + slots * mod.BLOCK_H.value * mod.BLOCK_N.value * 4 + slots * 8
+        total = xbase + mod.exchange_ring_bytes()
         k.metadata = k.metadata._replace(shared=total)
         k.packed_metadata = (k.metadata.num_warps, 2, total)  # clusters of two CTAs
         k.ds41_cluster_launch = True
