@@ -14,6 +14,8 @@ truncating accumulation, is checked at adversarial magnitudes in `test_gpu_accur
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, random_slots
@@ -28,7 +30,13 @@ from ds41_attention.ops.sparse_attention.launch import launch_sparse_attention
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
-IMPLS = {"triton": launch_sparse_attention, "gluon": launch_gluon_sparse_attention}
+# "gluon" picks the pair kernel (two CTAs a row) for small batches and the one-CTA kernel
+# otherwise; "gluon_pair" forces the pair kernel at every batch size
+IMPLS = {
+    "triton": launch_sparse_attention,
+    "gluon": launch_gluon_sparse_attention,
+    "gluon_pair": functools.partial(launch_gluon_sparse_attention, pair=True),
+}
 
 
 @pytest.fixture(params=sorted(IMPLS))
@@ -126,6 +134,45 @@ def test_gluon_split_matches_reference(wfmt, cfmt, h, splits):
         for i in (0, 4, 8):
             o, l = launch_gluon_fast(*_rows(args, torch.tensor([i], device=CUDA)), splits=splits)
             assert torch.equal(o[0], out[i]) and torch.equal(l[0], lse[i]), i
+
+
+@pytest.mark.parametrize(
+    "wfmt,cfmt,h",
+    [("mxfp8", "nvfp4", 64), ("mxfp8", "mxfp8", 64), ("mxfp8", "bf16", 64),
+     ("bf16", "nvfp4", 64), ("mxfp8", None, 64), ("bf16", "bf16", 64), ("mxfp8", "nvfp4", 128),
+     ("mxfp8", "nvfp4", 16)],
+)  # fmt: skip
+def test_pair_kernel_gives_the_one_cta_bits(wfmt, cfmt, h):
+    """The pair kernel (two CTAs a row sharing the decode) gives every row the one-CTA
+    kernel's bits: one row, 40 rows of random lengths (some 0) and 150 rows (more CTAs than
+    SMs), every format pair, partial and two head blocks. This is what lets the invariant
+    path pick a kernel by batch size."""
+    _needs_gluon()
+    k = 0 if cfmt is None else 512
+    for rows, seed in ((1, 91), (40, 92), (150, 93)):
+        args = _problem(h, 512, 128, k, rows, cfmt or "nvfp4", seed=seed, wfmt=wfmt)
+        po, pl = launch_gluon_sparse_attention(*args, pair=True)
+        co, cl = launch_gluon_sparse_attention(*args, pair=False)
+        assert torch.equal(po, co) and torch.equal(pl, cl), rows
+
+
+def test_invariant_path_runs_the_pair_kernel_while_rows_fit(monkeypatch):
+    """`sparse_attention` takes the pair kernel while every row has two SMs in one wave."""
+    _needs_gluon()
+    from ds41_attention.ops.sparse_attention import gluon_launch
+
+    calls = []
+    real = gluon_launch.launch_gluon_pair
+
+    def spy(*a):
+        calls.append(a[0].shape[0])
+        return real(*a)
+
+    monkeypatch.setattr(gluon_launch, "launch_gluon_pair", spy)
+    half = torch.cuda.get_device_properties(CUDA).multi_processor_count // 2
+    for rows in (1, half, half + 1):
+        sparse_attention(*_problem(64, 512, 128, 512, rows, "nvfp4", seed=95))
+    assert calls == [1, half]
 
 
 def test_gluon_fast_single_split_is_the_invariant_kernel():

@@ -401,3 +401,58 @@ def test_gluon_split_planner():
     assert plan_gluon_splits(1, 1, 68, 132) == GLUON_MAX_SPLITS
     assert plan_gluon_splits(1, 1, 4, 132) == 4
     assert plan_gluon_splits(0, 1, 0, 132) == 1
+
+
+def test_pair_kernel_selection():
+    """The invariant path's pair kernel (two CTAs a row) while every (row, head block) has two
+    SMs in one wave, the one-CTA kernel past that (host logic; both give the same bits)."""
+    from ds41_attention.ops.sparse_attention.gluon_launch import use_pair_kernel
+
+    assert use_pair_kernel(1, 1, 132) and use_pair_kernel(66, 1, 132)
+    assert not use_pair_kernel(67, 1, 132) and not use_pair_kernel(4096, 1, 132)
+    assert use_pair_kernel(33, 2, 132) and not use_pair_kernel(34, 2, 132)
+    assert not use_pair_kernel(0, 1, 132)
+
+
+_PAIR_COMPILE = """
+import sys, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from ds41_attention.ops.sparse_attention import gluon_pair_kernels as gp
+from ds41_attention.ops.sparse_attention.gluon_launch import _k_stages_offset
+fn = gp._gluon_pair_attn_kernel
+ptrs = {"q_ptr": "*bf16", "out_ptr": "*bf16", "w_ptr": "*u8", "c_ptr": "*u8",
+        "sink_ptr": "*fp32", "lse_ptr": "*fp32", "scale": "fp32"}
+odd = {"H", "W", "K", "w_num_slots", "c_num_slots", "scale"}
+for wf, cf in ((0, 1), (2, 2)):
+    cx = {"W_FMT": wf, "C_FMT": cf, "XBASE": 0, "GDC": True}
+    sig, attrs = {}, {}
+    for i, n in enumerate(fn.arg_names):
+        sig[n] = "constexpr" if n in cx else ptrs.get(n, "*i32" if n.endswith("_ptr") else "i32")
+        if sig[n] != "constexpr" and n not in odd:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    k = triton.compile(GluonASTSource(fn, sig, cx, attrs), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 4, "maxnreg": 168})
+    print(wf, cf, k.metadata.shared, _k_stages_offset(k))
+"""
+
+
+def test_pair_kernel_compiles_for_sm90_with_k_stages_at_offset_zero():
+    """The pair kernel compiles for sm_90a (no GPU needed) and Triton's shared-memory
+    allocation puts its K stages at offset 0, where its bulk copies address them, within the
+    H200's 227 KB with the barriers past it: for four K stages (MXFP8 + NVFP4) and for three
+    (bf16 caches). In a fresh process without the interpreter, which cannot compile Gluon."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    res = subprocess.run([sys.executable, "-c", _PAIR_COMPILE], env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [ln.split() for ln in res.stdout.strip().splitlines()]
+    assert [ln[:2] for ln in lines] == [["0", "1"], ["2", "2"]]
+    for _wf, _cf, shared, offset in lines:
+        assert int(offset) == 0
+        assert -(-int(shared) // 1024) * 1024 + 64 <= 227 * 1024

@@ -218,9 +218,10 @@ def run(
     smoke: bool,
     skip: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
-    """Time every path at each T: the Triton invariant kernel, the Hopper Gluon kernel (where
-    it runs), the fast split-KV path and the torch baseline; eager CUDA events and CUDA-graph
-    replay (kernel time) on the GPU."""
+    """Time every path at each T: the Triton invariant kernel, the Hopper Gluon invariant path
+    (where it runs: `gluon` as dispatched, `gluon_1cta` the one-CTA kernel alone), the fast
+    split-KV path and the torch baseline; eager CUDA events and CUDA-graph replay (kernel
+    time) on the GPU."""
     from .ops.sparse_attention.gluon_launch import gluon_supported, launch_gluon_sparse_attention
     from .ops.sparse_attention.launch import launch_sparse_attention
 
@@ -238,7 +239,12 @@ def run(
                 sparse_attention, *p.args(), backend="torch", validate=False
             )
         if gluon_supported(p.q):
+            # the invariant path as dispatched (the pair kernel while two SMs a row fit in one
+            # wave) and the one-CTA kernel alone beside it (the same bits)
             paths["gluon"] = functools.partial(launch_gluon_sparse_attention, *p.args())
+            paths["gluon_1cta"] = functools.partial(
+                launch_gluon_sparse_attention, *p.args(), pair=False
+            )
         paths["fast"] = functools.partial(
             sparse_attention,
             *p.args(),
@@ -333,6 +339,10 @@ def sweep(
     return out
 
 
+PATHS = ("invariant", "gluon", "gluon_1cta", "fast", "fast_triton", "torch")
+"""The timed paths, in table order."""
+
+
 def _plot(results: list[dict[str, Any]], path: str) -> None:
     import matplotlib
 
@@ -341,7 +351,7 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
 
     ts = [r["T"] for r in results]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name in ("invariant", "gluon", "fast", "fast_triton", "torch"):
+    for name in PATHS:
         if f"{name}_tflops" not in results[0]:
             continue
         ax.plot(ts, [r[f"{name}_tflops"] for r in results], marker="o", label=name)
@@ -357,9 +367,7 @@ def _plot(results: list[dict[str, Any]], path: str) -> None:
 
 def _table(results: list[dict[str, Any]]) -> str:
     """Markdown table: kernel time (graph replay where measured) and TFLOP/s per path."""
-    names = [
-        n for n in ("invariant", "gluon", "fast", "fast_triton", "torch") if f"{n}_us" in results[0]
-    ]
+    names = [n for n in PATHS if f"{n}_us" in results[0]]
     head = "| T | " + " | ".join(f"{n} us | {n} TFLOP/s" for n in names)
     head += " | BI/fast | err (BI) |"
     lines = [head, "|" + "---:|" * (2 * len(names) + 3)]

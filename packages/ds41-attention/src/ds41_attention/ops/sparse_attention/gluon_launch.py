@@ -4,6 +4,7 @@ launches of the invariant path and of the fast (split-KV) path."""
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import torch
@@ -140,7 +141,121 @@ def launch_with(
     return out, lse
 
 
-def launch_gluon_sparse_attention(
+def use_pair_kernel(num_rows: int, head_blocks: int, num_sms: int) -> bool:
+    """Whether the invariant path runs the pair kernel (`gluon_pair_kernels.py`): while every
+    (row, head block) can have two SMs in one wave. Both kernels give every row the same bits
+    (the pair kernel's arithmetic is the one-CTA kernel's), so the choice, which follows the
+    batch, does not touch invariance; past one wave the one-CTA kernel does more rows per SM.
+    """
+    from .gluon_pair_kernels import PAIR_CLUSTER
+
+    return 0 < num_rows * head_blocks * PAIR_CLUSTER <= num_sms
+
+
+PAIR_ENV = "DS41_PAIR"
+"""Environment variable: `0` keeps the invariant path on the one-CTA kernel at every batch size
+(a comparison baseline and an escape hatch; read once per process)."""
+
+
+@functools.cache
+def _num_sms(index: int | None) -> int:
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
+
+
+@functools.cache
+def _pair_allowed() -> bool:
+    import os
+
+    return os.environ.get(PAIR_ENV, "1") != "0"
+
+
+class PairKernelUnavailable(RuntimeError):
+    """The pair kernel cannot run as compiled (its K stages are not where its bulk copies
+    address them); the one-CTA kernel serves instead."""
+
+
+_PAIR_DISABLED: set[tuple[int, int]] = set()
+_PAIR_XBASE: dict[tuple[int, int, bool], int] = {}
+
+
+def _k_stages_offset(kernel: Any) -> int:
+    """Shared-memory byte offset of the pair kernel's K stages (its first [N, 32, 256] bf16
+    allocation), from Triton's own shared-memory allocation pass run on the compiled kernel's
+    TTGIR (the passes `make_llir` runs before it, in its order)."""
+    import re
+    import tempfile
+
+    from triton._C.libtriton import ir, nvidia, passes
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend, get_ptx_version_from_options
+
+    backend = CUDABackend(GPUTarget("cuda", 90, 32))
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    backend.load_dialects(ctx)
+    with tempfile.NamedTemporaryFile("w", suffix=".ttgir") as f:
+        f.write(kernel.asm["ttgir"])
+        f.flush()
+        mod = ir.parse_mlir_module(f.name, ctx)
+    pm = ir.pass_manager(ctx)
+    passes.ttgpuir.add_combine_tensor_select_and_if(pm)
+    passes.ttgpuir.add_allocate_warp_groups(pm)
+    passes.convert.add_scf_to_cf(pm)
+    passes.gluon.add_inliner(pm)
+    ptx = get_ptx_version_from_options(backend.parse_options({}), 90)
+    nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(pm, 90, ptx)
+    pm.run(mod, "ds41_pair_offsets")
+    m = re.search(
+        r"local_alloc \{allocation\.offset = (\d+) : i32\} : \(\) -> "
+        r"!ttg\.memdesc<\d+x32x256xbf16",
+        str(mod),
+    )
+    if m is None:
+        raise PairKernelUnavailable("the pair kernel's K stages were not found in its TTGIR")
+    return int(m.group(1))
+
+
+def _pair_kernel(args: list[Any], fmts: dict[str, int], grid: tuple[int, int],
+                 options: dict[str, Any]) -> tuple[Any, int]:  # fmt: skip
+    """(compiled pair kernel ready for a cluster launch, its XBASE) for these arguments.
+
+    Triton compiles the kernel for one CTA; its barriers past Triton's shared memory start at
+    XBASE (a first compile at XBASE = 0 gives the size; XBASE only enters inline asm). Before
+    its first launch, a compiled kernel is checked (shared memory below XBASE, K stages at
+    offset 0) and its launch metadata set to clusters of two CTAs and the barrier bytes
+    (Triton's launcher multiplies the first grid dimension by the cluster size).
+    """
+    from .gluon_pair_kernels import PAIR_CLUSTER, _gluon_pair_attn_kernel, pair_barrier_bytes
+
+    kern = _gluon_pair_attn_kernel
+    key = (fmts["W_FMT"], fmts["C_FMT"], bool(options.get("GDC")))
+    xbase = _PAIR_XBASE.get(key)
+    if xbase is None:
+        sized = kern.warmup(*args, **fmts, XBASE=0, grid=grid, **options)
+        xbase = -(-sized.metadata.shared // 1024) * 1024
+        _PAIR_XBASE[key] = xbase
+    k = kern.warmup(*args, **fmts, XBASE=xbase, grid=grid, **options)
+    if not getattr(k, "ds41_pair_ready", False):
+        if k.metadata.shared > xbase:
+            raise PairKernelUnavailable(
+                f"pair kernel shared memory {k.metadata.shared} B exceeds XBASE {xbase}"
+            )
+        try:
+            off = _k_stages_offset(k)
+        except Exception as e:  # a Triton whose passes or IR differ: no cluster launch
+            raise PairKernelUnavailable(f"pair kernel offset check failed: {e}") from e
+        if off != 0:
+            raise PairKernelUnavailable(f"pair kernel K stages at shared offset {off}, not 0")
+        if k.module is not None:
+            raise PairKernelUnavailable("pair kernel loaded before its cluster launch was set")
+        total = xbase + pair_barrier_bytes()
+        k.metadata = k.metadata._replace(shared=total)
+        k.packed_metadata = (k.metadata.num_warps, PAIR_CLUSTER, total)
+        k.ds41_pair_ready = True
+    return k, xbase
+
+
+def launch_gluon_pair(
     q: torch.Tensor,
     window_cache: PagedCache,
     swa_slots: torch.Tensor,
@@ -151,14 +266,68 @@ def launch_gluon_sparse_attention(
     sink: torch.Tensor,
     scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The invariant path on two CTAs a row sharing the decode (`gluon_pair_kernels.py`);
+    returns (out bf16 [T, H, D], lse f32 [T, H]), bitwise those of the one-CTA kernel.
+    Inputs as for `launch_gluon_sparse_attention`. Raises `PairKernelUnavailable` where the
+    compiled kernel fails its checks."""
+    from .gluon_pair_kernels import PAIR_BLOCK_H, PAIR_MAXNREG, PAIR_NUM_WARPS
+
+    t_rows, h, d = q.shape
+    device = q.device
+    out = empty((t_rows, h, d), torch.bfloat16, device)
+    lse = empty((t_rows, h), torch.float32, device)
+    if t_rows == 0:
+        return out, lse
+    args, fmts = kernel_args(q, window_cache, swa_slots, swa_lens, comp_cache, comp_slots,
+                             comp_lens, sink, scale, out, lse)  # fmt: skip
+    grid = (t_rows, -(-h // PAIR_BLOCK_H))
+    dl = dependent_launch(device)
+    options = {"num_warps": PAIR_NUM_WARPS, "maxnreg": PAIR_MAXNREG, **dl}
+    k, xbase = _pair_kernel(args, fmts, grid, options)
+    k[(*grid, 1)](*args, fmts["W_FMT"], fmts["C_FMT"], xbase, dl["GDC"])  # (a 3-D grid)
+    return out, lse
+
+
+def launch_gluon_sparse_attention(
+    q: torch.Tensor,
+    window_cache: PagedCache,
+    swa_slots: torch.Tensor,
+    swa_lens: torch.Tensor,
+    comp_cache: PagedCache | None,
+    comp_slots: torch.Tensor | None,
+    comp_lens: torch.Tensor | None,
+    sink: torch.Tensor,
+    scale: float,
+    *,
+    pair: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch-invariant path on Hopper; returns (out bf16 [T, H, D], lse f32 [T, H]).
 
     Inputs as `sparse_attention` accepts them (shapes, dtypes, devices checked by the
     caller); `gluon_supported(q)` must hold. Slots outside [0, num_slots) and lengths outside
     [0, W] / [0, K] never make the kernel read out of bounds (such keys are skipped).
+    `pair`: None picks the pair kernel (two CTAs a row) by `use_pair_kernel` (unless the
+    environment sets DS41_PAIR=0) and the one-CTA kernel otherwise (the same bits either way);
+    True / False forces one of them.
     """
-    from .gluon_kernels import GLUON_MAXNREG, _gluon_sparse_attn_kernel
+    from .gluon_kernels import GLUON_BLOCK_H, GLUON_MAXNREG, _gluon_sparse_attn_kernel
 
+    cfmt = -1 if comp_cache is None else int(KvFormat.from_name(comp_cache.fmt))
+    fmt_key = (int(KvFormat.from_name(window_cache.fmt)), cfmt)
+    if pair is None:
+        sms = _num_sms(q.device.index)
+        pair = (
+            _pair_allowed()
+            and fmt_key not in _PAIR_DISABLED
+            and use_pair_kernel(q.shape[0], -(-q.shape[1] // GLUON_BLOCK_H), sms)
+        )
+    if pair:
+        try:
+            return launch_gluon_pair(q, window_cache, swa_slots, swa_lens, comp_cache,
+                                     comp_slots, comp_lens, sink, scale)  # fmt: skip
+        except PairKernelUnavailable as e:
+            _PAIR_DISABLED.add(fmt_key)
+            warnings.warn(f"{e}; the one-CTA kernel serves instead", RuntimeWarning, stacklevel=2)
     options = {"maxnreg": GLUON_MAXNREG, **dependent_launch(q.device)}
     return launch_with(
         _gluon_sparse_attn_kernel, options, q, window_cache, swa_slots, swa_lens, comp_cache,
