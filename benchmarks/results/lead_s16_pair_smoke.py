@@ -1,7 +1,8 @@
 """Smoke test of a pair lab kernel (`gluon_pair.py`; run from the repository root on the
 H200, `python3 lead_s16_pair_smoke.py [VARIANT]`, a `gluon_profile.PAIR_SPECS` name, default
 pair): one launch at T = 1, 3, 64, 5 against production's bits, each printed before it starts
-so a hang shows which launch it was."""
+so a hang shows which launch it was. Needs `gluon_pair.py` and the `gluon_profile.py` of commit
+4f6f547 (the lab copy is retired)."""
 
 import sys
 import time

@@ -15,10 +15,10 @@ two half-D products added, split2 = the two-CTA D split itself (clusters of two,
 scores pushed two tiles ahead through distributed shared memory with a release arrive),
 split2a = the same with `st.async` pushes, split2a_ks4 / split2a_la3 = four K stages / and
 three tiles ahead (`--bits split2a:split1` checks that a split gives split1's bits).
-pair / pair_ks4 = `gluon_pair.py` (two CTAs a row in a cluster, each decoding half of every tile
-and bulk-copying it to the peer; production's arithmetic, so `--bits pair:gluon`), pairq /
-pairq_ks4 = the same with three warpgroups and Q.K^T from Q held in registers (QREG = 1; the
-design that became `gluon_pair_kernels.py`), three / four K stages.
+The pair kernel's lab copy (`gluon_pair.py`, variants pair / pair_ks4 / pairq / pairq_ks4,
+launched by a `launch_pair` here) is retired: at commit 4f6f547; production holds its QREG
+design (`gluon_pair_kernels.py`, timed by `ds41_attention.bench` as `gluon` beside
+`gluon_1cta`).
 `--tile-sweep` times rows of 4..20 tiles (per-tile cost vs fixed cost of a program; the
 production kernel and `pipe` when timed).
 `--bits pipe`: the production kernel must give bitwise the outputs of the lab variant `pipe`
@@ -69,7 +69,6 @@ from attn_helpers import max_abs_entry, random_cache, random_q, random_sink, ran
 
 CUDA = torch.device("cuda")
 LAB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_lab.py")
-PAIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_pair.py")
 # variants of the production kernel itself (`prod_<spec>`): its module constants replaced
 PROD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "ds41_attention",
                     "ops", "sparse_attention", "gluon_kernels.py")  # fmt: skip
@@ -79,13 +78,6 @@ PROD_SPECS: dict[str, dict[str, int]] = {
     # ninth session's prologue fetches tiles 0 and 1 by hand and asserts NRAW == 2)
     "p120": {"PRODUCER_REGS": 120},  # consumer 0 gets 216 registers (128 / 208 since attn9)
     "p136": {"PRODUCER_REGS": 136},  # the split before attn9 (200 for consumer 0)
-}
-# `gluon_pair.py` (two CTAs a row sharing the decode) and its variants
-PAIR_SPECS: dict[str, dict[str, int]] = {
-    "pair": {},
-    "pair_ks4": {"KS_MAIN": 4},
-    "pairq": {"QREG": 1},
-    "pairq_ks4": {"QREG": 1, "KS_MAIN": 4},
 }
 TMP = tempfile.mkdtemp(prefix="gluon_lab_")
 
@@ -157,12 +149,6 @@ def launch_lab_split(mod: ModuleType, *args):
     """A `gluon_lab.py` variant with SPLIT = 2: two CTAs a row, the exchange ring past the
     compiled kernel's shared memory."""
     return _launch_cluster(mod, args, 2, mod.exchange_ring_bytes())
-
-
-def launch_pair(mod: ModuleType, *args):
-    """`gluon_pair.py`: two CTAs a row sharing the decode, its barriers past the compiled
-    kernel's shared memory."""
-    return _launch_cluster(mod, args, 2, mod.cluster_bytes())
 
 
 def launch_prod_like(mod: ModuleType, *args, splits: int = 1):
@@ -488,8 +474,6 @@ def main() -> None:
             impls[n] = functools.partial(launch_gluon_fast, splits=int(n[7:]))
         elif n.startswith("split2"):
             impls[n] = functools.partial(launch_lab_split, load_variant(n, **spec[n]))
-        elif n.startswith("pair"):
-            impls[n] = functools.partial(launch_pair, load_variant(n, PAIR, **PAIR_SPECS[n]))
         else:
             impls[n] = functools.partial(launch_lab, load_variant(n, **spec[n]))
     for spec_f in filter(None, a.files.split(",")):
