@@ -175,6 +175,25 @@ def test_invariant_path_runs_the_pair_kernel_while_rows_fit(monkeypatch):
     assert calls == [1, half]
 
 
+def test_pair_kernel_failing_its_check_falls_back_to_one_cta(monkeypatch):
+    """A compiled pair kernel whose K stages are not at shared offset 0 is never launched:
+    the dispatcher warns and serves those formats with the one-CTA kernel (same bits), and a
+    caller forcing the pair kernel gets the error. H = 1 makes Triton compile a kernel no other
+    test has prepared, so the check runs here."""
+    _needs_gluon()
+    from ds41_attention.ops.sparse_attention import gluon_launch
+
+    monkeypatch.setattr(gluon_launch, "_PAIR_DISABLED", set())
+    monkeypatch.setattr(gluon_launch, "_k_stages_offset", lambda kernel: 512)
+    args = _problem(1, 512, 128, 512, 3, "nvfp4", seed=97)
+    with pytest.warns(RuntimeWarning, match="K stages at shared offset 512"):
+        o, l = launch_gluon_sparse_attention(*args)
+    co, cl = launch_gluon_sparse_attention(*args, pair=False)
+    assert torch.equal(o, co) and torch.equal(l, cl)
+    with pytest.raises(gluon_launch.PairKernelUnavailable):
+        launch_gluon_sparse_attention(*args, pair=True)
+
+
 def test_gluon_fast_single_split_is_the_invariant_kernel():
     _needs_gluon()
     args = _problem(64, 512, 128, 512, 6, "nvfp4", seed=83)

@@ -307,13 +307,15 @@ def launch_gluon_sparse_attention(
     caller); `gluon_supported(q)` must hold. Slots outside [0, num_slots) and lengths outside
     [0, W] / [0, K] never make the kernel read out of bounds (such keys are skipped).
     `pair`: None picks the pair kernel (two CTAs a row) by `use_pair_kernel` (unless the
-    environment sets DS41_PAIR=0) and the one-CTA kernel otherwise (the same bits either way);
-    True / False forces one of them.
+    environment sets DS41_PAIR=0) and the one-CTA kernel otherwise (the same bits either way),
+    falling back to the one-CTA kernel with a warning where the pair kernel fails its compile
+    checks; True / False forces one of them (True raises `PairKernelUnavailable` there).
     """
     from .gluon_kernels import GLUON_BLOCK_H, GLUON_MAXNREG, _gluon_sparse_attn_kernel
 
     cfmt = -1 if comp_cache is None else int(KvFormat.from_name(comp_cache.fmt))
     fmt_key = (int(KvFormat.from_name(window_cache.fmt)), cfmt)
+    forced = pair is True
     if pair is None:
         sms = _num_sms(q.device.index)
         pair = (
@@ -326,6 +328,8 @@ def launch_gluon_sparse_attention(
             return launch_gluon_pair(q, window_cache, swa_slots, swa_lens, comp_cache,
                                      comp_slots, comp_lens, sink, scale)  # fmt: skip
         except PairKernelUnavailable as e:
+            if forced:
+                raise
             _PAIR_DISABLED.add(fmt_key)
             warnings.warn(f"{e}; the one-CTA kernel serves instead", RuntimeWarning, stacklevel=2)
     options = {"maxnreg": GLUON_MAXNREG, **dependent_launch(q.device)}
