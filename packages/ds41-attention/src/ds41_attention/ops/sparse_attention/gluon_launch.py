@@ -1,5 +1,6 @@
-"""Host side of the Hopper Gluon kernel (`gluon_kernels.py`): support check, split planner,
-launches of the invariant path and of the fast (split-KV) path."""
+"""Host side of the Hopper Gluon kernels (`gluon_kernels.py`, `gluon_pair_kernels.py`): support
+check, split planner, the pair kernel's choice, compile checks and cluster launch, launches of
+the invariant path and of the fast (split-KV) path."""
 
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ def _gluon_importable() -> bool:
 
 
 def gluon_supported(q: torch.Tensor) -> bool:
-    """Whether the Gluon kernel serves this call: a CUDA sm_90 device (Hopper), D = 512.
+    """Whether the Gluon kernels serve this call: a CUDA sm_90 device (Hopper), D = 512.
 
     The tile configuration is fixed (64 heads x 32 keys per tile, one producer and two
     consumer warpgroups, 3 K stages, 2 for bf16 records); it depends on nothing but (H, D)
-    and the cache formats, never on the batch, like the Triton kernel's.
+    and the cache formats, never on the batch, like the Triton kernel's. The invariant path's
+    pair kernel (`use_pair_kernel`, chosen by the batch) gives a row the same bits.
     """
     from ds41_cache.backend import interpreter_active
 
