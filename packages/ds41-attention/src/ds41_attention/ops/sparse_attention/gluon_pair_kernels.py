@@ -57,6 +57,7 @@ from .gluon_kernels import (
     _first_slots,
     _raw_words,
     _rcp_approx,
+    _row_lengths,
     _softmax_handoff,
     _spec_load,
     _tile_slots,
@@ -173,20 +174,6 @@ def _row_rank():
 
 
 @gluon.jit
-def _lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP: gl.constexpr):
-    """(window length, window tiles, compressed length, tiles, loop count): tiles from
-    `tiles` on are masked; at least one (all-masked) tile, as in the one-CTA kernel."""
-    swa_len = gl.minimum(gl.maximum(gl.load(swa_lens_ptr + t), 0), W)
-    n_w = gl.cdiv(swa_len, BLOCK_N)
-    if HAS_COMP:
-        comp_len = gl.minimum(gl.maximum(gl.load(comp_lens_ptr + t), 0), K)
-    else:
-        comp_len = swa_len * 0
-    total = n_w + gl.cdiv(comp_len, BLOCK_N)
-    return swa_len, n_w, comp_len, total, gl.maximum(total, 1)
-
-
-@gluon.jit
 def _issue_copy_half(raw, scl, rank, st_ptr, page_stride, page_size, slots, valid,
                      FMT: gl.constexpr):  # fmt: skip
     """cp.async this CTA's half of the tile's data bytes into `raw` (int32 [BLOCK_N, RW]) and
@@ -286,7 +273,9 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         c0 = w0
         c1 = w0
         c2 = w0
-    swa_len, n_w, comp_len, end, n = _lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    # the one-CTA kernel's invariant-mode lengths: tiles from `end` on are masked, n >= 1
+    swa_len, n_w, comp_len, _lo, n, end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, 1,
+                                                       HAS_COMP, False)  # fmt: skip
     sl_0, ok_0 = _first_slots(0, n_w, end, w0, c0, c1, c2, swa_len, comp_len, w_num_slots,
                               c_num_slots, HAS_COMP, row_l)  # fmt: skip
     sl_1, ok_1 = _first_slots(1, n_w, end, w1, c0, c1, c2, swa_len, comp_len, w_num_slots,
@@ -364,7 +353,8 @@ def _consumer_qk(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
     )
     q_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_s, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
-    _swa_len, _n_w, _comp_len, _end, n = _lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr,
+                                                          K, 1, HAS_COMP, False)  # fmt: skip
     PF: gl.constexpr = 2 + 2 * KS
     m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
@@ -439,7 +429,8 @@ def _consumer_pv(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
     )
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
-    _swa_len, _n_w, _comp_len, _end, n = _lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, HAS_COMP)
+    _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr,
+                                                          K, 1, HAS_COMP, False)  # fmt: skip
     PF: gl.constexpr = 2 + 2 * KS
     acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
     for j in range(0, n):
