@@ -347,6 +347,52 @@ def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, num_splits, HAS_COMP: gl.
 
 
 @gluon.jit
+def _copy_q(q_smem, q_ptr, t, stride_qt, stride_qh, hb, H):
+    """cp.async the program's Q (heads hb x 64 .. + 64, heads >= H zero-filled) as two [64, 256]
+    halves in channel order into `q_smem`, in a copy group of its own."""
+    ql: gl.constexpr = _dec_layout()
+    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ql))
+    hmask = heads < H
+    cq = gl.arange(0, 256, layout=gl.SliceLayout(0, ql))
+    for h in gl.static_range(2):
+        async_copy.async_copy_global_to_shared(
+            q_smem.index(h),
+            q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + cq[None, :],
+            mask=hmask[:, None],
+        )
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _first_tiles(t, swa_row, comp_row, swa_lens_ptr, W, comp_lens_ptr, K, w_num_slots,
+                 c_num_slots, HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """Invariant mode's row lengths `_row_lengths` (first tile 0) and the (slot, validity) of
+    tiles 0, 1, 2, whose slot vectors load beside the lengths, not after them: the window
+    columns of tiles 0..2 and the compressed columns of compressed tiles 0..2 (which of them a
+    tile holds follows from the window length)."""
+    w0 = _spec_load(swa_row, 0, W, layout)
+    w1 = _spec_load(swa_row, 1, W, layout)
+    w2 = _spec_load(swa_row, 2, W, layout)
+    if HAS_COMP:
+        c0 = _spec_load(comp_row, 0, K, layout)
+        c1 = _spec_load(comp_row, 1, K, layout)
+        c2 = _spec_load(comp_row, 2, K, layout)
+    else:
+        c0 = w0
+        c1 = w0
+        c2 = w0
+    swa_len, n_w, comp_len, lo, n, end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, 1,
+                                                      HAS_COMP, False)  # fmt: skip
+    sl_0, ok_0 = _first_slots(0, n_w, end, w0, c0, c1, c2, swa_len, comp_len, w_num_slots,
+                              c_num_slots, HAS_COMP, layout)  # fmt: skip
+    sl_1, ok_1 = _first_slots(1, n_w, end, w1, c0, c1, c2, swa_len, comp_len, w_num_slots,
+                              c_num_slots, HAS_COMP, layout)  # fmt: skip
+    sl_n, ok_n = _first_slots(2, n_w, end, w2, c0, c1, c2, swa_len, comp_len, w_num_slots,
+                              c_num_slots, HAS_COMP, layout)  # fmt: skip
+    return swa_len, n_w, comp_len, lo, n, end, sl_0, ok_0, sl_1, ok_1, sl_n, ok_n
+
+
+@gluon.jit
 def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
               bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
               SPLIT: gl.constexpr):  # fmt: skip
@@ -389,17 +435,7 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     gl.static_assert(NRAW == 2, "the prologue fetches tiles 0 and 1 and keeps tile 2's slots")
     # Q as 2 [64, 256] halves in channel order, by cp.async in its own group, first: nothing it
     # waits for (the loop's first wait_group covers it; heads >= H zero-filled)
-    ql: gl.constexpr = _dec_layout()
-    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ql))
-    hmask = heads < H
-    cq = gl.arange(0, 256, layout=gl.SliceLayout(0, ql))
-    for h in gl.static_range(2):
-        async_copy.async_copy_global_to_shared(
-            q_smem.index(h),
-            q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + cq[None, :],
-            mask=hmask[:, None],
-        )
-    async_copy.commit_group()
+    _copy_q(q_smem, q_ptr, t, stride_qt, stride_qh, hb, H)
     swa_row = swa_ptr + t * stride_swa_t
     comp_row = comp_ptr + t * stride_comp_t
     if SPLIT:
@@ -417,26 +453,19 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         # the slots of tiles 0..2 are loaded beside the lengths, not after them: the window
         # columns of tiles 0..2 and the compressed columns of compressed tiles 0..2 (which
         # of them a tile holds follows from the window length)
-        w0 = _spec_load(swa_row, 0, W, row_l)
-        w1 = _spec_load(swa_row, 1, W, row_l)
-        w2 = _spec_load(swa_row, 2, W, row_l)
-        if HAS_COMP:
-            c0 = _spec_load(comp_row, 0, K, row_l)
-            c1 = _spec_load(comp_row, 1, K, row_l)
-            c2 = _spec_load(comp_row, 2, K, row_l)
-        else:
-            c0 = w0
-            c1 = w0
-            c2 = w0
-        swa_len, n_w, comp_len, lo, n, end = _row_lengths(
-            t, swa_lens_ptr, W, comp_lens_ptr, K, num_splits, HAS_COMP, SPLIT
+        swa_len, n_w, comp_len, lo, n, end, sl_0, ok_0, sl_1, ok_1, sl_n, ok_n = _first_tiles(
+            t,
+            swa_row,
+            comp_row,
+            swa_lens_ptr,
+            W,
+            comp_lens_ptr,
+            K,
+            w_num_slots,
+            c_num_slots,
+            HAS_COMP,
+            row_l,
         )
-        sl_0, ok_0 = _first_slots(0, n_w, end, w0, c0, c1, c2, swa_len, comp_len, w_num_slots,
-                                  c_num_slots, HAS_COMP, row_l)  # fmt: skip
-        sl_1, ok_1 = _first_slots(1, n_w, end, w1, c0, c1, c2, swa_len, comp_len, w_num_slots,
-                                  c_num_slots, HAS_COMP, row_l)  # fmt: skip
-        sl_n, ok_n = _first_slots(2, n_w, end, w2, c0, c1, c2, swa_len, comp_len, w_num_slots,
-                                  c_num_slots, HAS_COMP, row_l)  # fmt: skip
     _fetch(0, lo, n_w, sl_0, ok_0, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
            w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
     _fetch(1, lo + 1, n_w, sl_1, ok_1, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,

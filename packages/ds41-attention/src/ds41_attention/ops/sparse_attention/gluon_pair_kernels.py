@@ -52,14 +52,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ds41_cache.ops.launch import gluon_enter_dependent
 
 from .gluon_kernels import (
-    _dec_layout,
+    _copy_q,
     _decode_sub,
-    _first_slots,
+    _first_tiles,
     _raw_words,
     _rcp_approx,
     _row_lengths,
     _softmax_handoff,
-    _spec_load,
     _tile_slots,
     _words,
 )
@@ -247,41 +246,24 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     t, rank = _row_rank()
     hb = gl.program_id(1)
     row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    # Q (both halves: the Q.K^T warpgroup needs every channel) by cp.async, first
-    ql: gl.constexpr = _dec_layout()
-    heads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ql))
-    hmask = heads < H
-    cq = gl.arange(0, 256, layout=gl.SliceLayout(0, ql))
-    for h in gl.static_range(2):
-        async_copy.async_copy_global_to_shared(
-            q_smem.index(h),
-            q_ptr + t * stride_qt + heads[:, None] * stride_qh + h * 256 + cq[None, :],
-            mask=hmask[:, None],
-        )
-    async_copy.commit_group()
-    # the slots of tiles 0..2 beside the lengths, as in the one-CTA kernel's invariant mode
+    # Q (both halves: the Q.K^T warpgroup needs every channel) by cp.async, first; the slots
+    # of tiles 0..2 beside the lengths, as in the one-CTA kernel's invariant mode
+    _copy_q(q_smem, q_ptr, t, stride_qt, stride_qh, hb, H)
     swa_row = swa_ptr + t * stride_swa_t
     comp_row = comp_ptr + t * stride_comp_t
-    w0 = _spec_load(swa_row, 0, W, row_l)
-    w1 = _spec_load(swa_row, 1, W, row_l)
-    w2 = _spec_load(swa_row, 2, W, row_l)
-    if HAS_COMP:
-        c0 = _spec_load(comp_row, 0, K, row_l)
-        c1 = _spec_load(comp_row, 1, K, row_l)
-        c2 = _spec_load(comp_row, 2, K, row_l)
-    else:
-        c0 = w0
-        c1 = w0
-        c2 = w0
-    # the one-CTA kernel's invariant-mode lengths: tiles from `end` on are masked, n >= 1
-    swa_len, n_w, comp_len, _lo, n, end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, 1,
-                                                       HAS_COMP, False)  # fmt: skip
-    sl_0, ok_0 = _first_slots(0, n_w, end, w0, c0, c1, c2, swa_len, comp_len, w_num_slots,
-                              c_num_slots, HAS_COMP, row_l)  # fmt: skip
-    sl_1, ok_1 = _first_slots(1, n_w, end, w1, c0, c1, c2, swa_len, comp_len, w_num_slots,
-                              c_num_slots, HAS_COMP, row_l)  # fmt: skip
-    sl_n, ok_n = _first_slots(2, n_w, end, w2, c0, c1, c2, swa_len, comp_len, w_num_slots,
-                              c_num_slots, HAS_COMP, row_l)  # fmt: skip
+    swa_len, n_w, comp_len, _lo, n, end, sl_0, ok_0, sl_1, ok_1, sl_n, ok_n = _first_tiles(
+        t,
+        swa_row,
+        comp_row,
+        swa_lens_ptr,
+        W,
+        comp_lens_ptr,
+        K,
+        w_num_slots,
+        c_num_slots,
+        HAS_COMP,
+        row_l,
+    )
     _fetch(0, n_w, rank, sl_0, ok_0, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
            w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
     _fetch(1, n_w, rank, sl_1, ok_1, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
