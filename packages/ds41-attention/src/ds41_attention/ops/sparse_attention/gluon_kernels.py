@@ -26,7 +26,11 @@ Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three 
 - consumer 1 (4 warps, channels [256, 512)): rescale, P.V with P from shared memory.
 A K stage is free again when both consumers arrived on its mbarrier. The output is acc /
 denominator as div.full.f32 computes it, from one reciprocal per head (bitwise the same as
-the per-element division sequence, ~4 fewer instructions per element).
+the per-element division sequence, ~4 fewer instructions per element). Each consumer stages
+its bf16 half in the Q half it no longer reads and stores it in 16-byte row pieces: stored
+straight from the accumulator's layout (4-byte pieces, 8 heads a warp store) the queue of
+stores throttled each program's end (Nsight Compute, seventeenth session: 7-12% of the
+kernel's time at every T).
 
 Split mode (constexpr SPLIT, the fast path; grid (T, head blocks, S)): program sp walks the
 contiguous slice [sp n / S, (sp + 1) n / S) of its row's n tiles with the same pipeline and
@@ -649,8 +653,9 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         mbarrier.arrive(bars.index(PF + 4), count=1)
         lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
         gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
-        _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), out_ptr, t,
-                   stride_ot, stride_oh, hb, H, 0, mma_o)  # fmt: skip
+        # Q half 0 stages the output: this warpgroup's products have all completed
+        _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), q_smem.index(0),
+                   out_ptr, t, stride_ot, stride_oh, hb, H, 0)  # fmt: skip
     return (m_i,)
 
 
@@ -662,19 +667,28 @@ def _rcp_approx(x):
 
 
 @gluon.jit
-def _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, C: gl.constexpr,
-               mma_o: gl.constexpr):  # fmt: skip
-    # acc / denom exactly as div.full.f32 computes it, with one reciprocal per head instead of
-    # one division sequence per element (bitwise the same): both operands scaled by 1/4 when
-    # |denom| > 2^126, by 2^24 when |denom| < 2^-126, then acc * rcp.approx(denom)
+def _store_out(acc, denom, stage, out_ptr, t, stride_ot, stride_oh, hb, H, col0):
+    """acc / denom (fp32 [64, 256] in the P.V accumulator's layout) as bf16 into output
+    channels [col0, col0 + 256) of the program's heads, through `stage` (a [64, 256] bf16
+    shared buffer no one reads any more: the Q half whose last product has completed).
+
+    The division is div.full.f32's, from one reciprocal per head instead of one division
+    sequence per element (bitwise the same): both operands scaled by 1/4 when |denom| >
+    2^126, by 2^24 when |denom| < 2^-126, then acc * rcp.approx(denom). The staging turns
+    the accumulator layout's 4-byte stores (a warp's store: 8 heads x 16 B, 64 per thread;
+    the program's last microseconds went to the store queue's throttle) into 16-byte stores of
+    whole rows (16 per thread)."""
     ad = gl.abs(denom)
     c = gl.where(ad > 2.0**126, 0.25, gl.where(ad < 2.0**-126, 16777216.0, 1.0))
     r = _rcp_approx(denom * c)
     q = (acc * c[:, None]) * r[:, None]
-    o = gl.where(denom[:, None] > 0.0, q, 0.0).to(gl.bfloat16)
-    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
-    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
-    ptrs = out_ptr + t * stride_ot + oheads[:, None] * stride_oh + C * 256 + oc[None, :]
+    stage.store(gl.where(denom[:, None] > 0.0, q, 0.0).to(gl.bfloat16))
+    gl.thread_barrier()
+    st_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    o = stage.load(st_l)
+    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, st_l))
+    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, st_l))
+    ptrs = out_ptr + t * stride_ot + oheads[:, None] * stride_oh + col0 + oc[None, :]
     gl.store(ptrs, o, mask=(oheads < H)[:, None])
 
 
@@ -753,7 +767,8 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     else:
         mbarrier.wait(bars.index(PF + 4), 0)
         denom = x_smem.index(2).load(row_o)
-        _store_out(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, 1, mma_o)
+        # Q half 1 stages the output: consumer 0 sent the denominator after its last product
+        _store_out(acc, denom, q_smem.index(1), out_ptr, t, stride_ot, stride_oh, hb, H, 256)
 
 
 @gluon.jit

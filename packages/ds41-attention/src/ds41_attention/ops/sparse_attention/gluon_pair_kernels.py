@@ -18,8 +18,8 @@ Roles (three warpgroups a CTA, registers 208 / 168 / 128):
   channels in the same order, the same softmax: the same scores and P bits as the one-CTA
   kernel's consumer 0.
 - P.V warpgroup: P.V over this CTA's channels with P from shared memory, the rescale, the
-  output division and store of those channels (the one-CTA kernel's consumer 1 does exactly
-  this for channels [256, 512)).
+  output division and store of those channels, staged through Q's first shared half (the
+  one-CTA kernel's consumer 1 does exactly this for channels [256, 512)).
 - producer: the gathers and decode of this CTA's half (the one-CTA producer's code on half the
   bytes), then the bulk copy.
 
@@ -56,9 +56,9 @@ from .gluon_kernels import (
     _decode_sub,
     _first_tiles,
     _raw_words,
-    _rcp_approx,
     _row_lengths,
     _softmax_handoff,
+    _store_out,
     _tile_slots,
     _words,
 )
@@ -379,22 +379,6 @@ def _consumer_qk(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
 
 
 @gluon.jit
-def _store_half(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, rank, mma_o: gl.constexpr):
-    """acc / denom into channels [256 rank, 256 rank + 256) of the output, exactly as the
-    one-CTA kernel's `_store_out` computes it (div.full.f32's bits from one reciprocal per
-    head); `rank` a runtime value."""
-    ad = gl.abs(denom)
-    c = gl.where(ad > 2.0**126, 0.25, gl.where(ad < 2.0**-126, 16777216.0, 1.0))
-    r = _rcp_approx(denom * c)
-    q = (acc * c[:, None]) * r[:, None]
-    o = gl.where(denom[:, None] > 0.0, q, 0.0).to(gl.bfloat16)
-    oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, mma_o))
-    oc = gl.arange(0, 256, layout=gl.SliceLayout(0, mma_o))
-    ptrs = out_ptr + t * stride_ot + oheads[:, None] * stride_oh + rank * 256 + oc[None, :]
-    gl.store(ptrs, o, mask=(oheads < H)[:, None])
-
-
-@gluon.jit
 def _consumer_pv(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
                  bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
                  XBASE: gl.constexpr):  # fmt: skip
@@ -428,7 +412,8 @@ def _consumer_pv(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
         _on_barrier(_RELEASE_HERE, XBASE + (KS + js) * 8, 0)
     mbarrier.wait(bars.index(PF + 4), 0)
     denom = x_smem.index(2).load(row_o)
-    _store_half(acc, denom, out_ptr, t, stride_ot, stride_oh, hb, H, rank, mma_o)
+    # Q's first half stages the output: the Q.K^T warpgroup holds Q in registers
+    _store_out(acc, denom, q_smem.index(0), out_ptr, t, stride_ot, stride_oh, hb, H, rank * 256)
     _cluster_sync()
 
 

@@ -1,0 +1,89 @@
+"""Where a warp-specialized kernel's warps spend their time, per partition, from Nsight
+Compute's per-instruction stall samples (offline; the GPU run only records them).
+
+On the H200 (Firecracker machines, where ncu reads the counters):
+
+    ncu --clock-control none --set full --import-source no -k regex:_gluon_sparse_attn_kernel \
+        --launch-skip 2 --launch-count 1 -o prof python3 driver.py
+    ncu --import prof.ncu-rep --page source --print-source sass --csv > prof_sass.csv
+
+then here: `python packages/ds41-attention/scripts/ncu_partitions.py prof_sass.csv`.
+
+A partition is the code after a `USETMAXREG.TRY_ALLOC` (setmaxnreg) up to the next one,
+named by the count it asks for (production one-CTA kernel: 168 consumer 1, 128 the producer,
+then 256 the default partition, consumer 0, which settles at 208 inside); the out-of-line
+mbarrier retry loops after the last EXIT are their own group. Within a partition,
+instructions are grouped by how often they executed per program (per CTA): the tile loop's
+body runs once a tile, the prologue and epilogue once a program. Printed per group: its share
+of the partition's samples and the top stall reasons, in ncu's names: long_sb (a global load
+or an mbarrier try-wait), lg (the global load / store queue full), barrier (a named
+barrier), short_sb (a shared-memory result), selected (issuing). Samples are taken per warp
+at a fixed interval, so a group's share of a partition's samples is its share of that
+partition's warps' lifetime.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import re
+import sys
+
+SETMAX = re.compile(r"USETMAXREG\.(?:TRY_ALLOC|DEALLOC)\.CTAPOOL\s+(?:UP\d+,\s*)?0x([0-9a-f]+)")
+
+
+def _num(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def partitions(rows: list[list[str]], src: int) -> list[tuple[str, int, int]]:
+    """(name, first row, end row) of each partition: a TRY_ALLOC opens one, the last EXIT
+    closes the partitions and opens the retry loops."""
+    starts: list[tuple[str, int]] = [("entry", 0)]
+    last_exit = max(i for i, r in enumerate(rows) if "EXIT" in r[src])
+    for i, r in enumerate(rows):
+        m = SETMAX.search(r[src])
+        if m and "TRY_ALLOC" in r[src]:
+            starts.append((f"setmaxnreg {int(m.group(1), 16)}", i))
+    starts.append(("retry loops", last_exit + 1))
+    ends = [a for _, a in starts[1:]] + [len(rows)]
+    return [(n, a, b) for (n, a), b in zip(starts, ends, strict=True)]
+
+
+def main(path: str, warps_per_partition: int = 4, partitions_per_cta: int = 3) -> None:
+    with open(path) as f:
+        table = list(csv.reader(f))
+    hdr, rows = table[1], table[2:]
+    ix = {h: i for i, h in enumerate(hdr)}
+    src, ex = ix["Source"], ix["Instructions Executed"]
+    samp = ix["Warp Stall Sampling (All Samples)"]
+    stalls = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
+    total = sum(_num(r[samp]) for r in rows)
+    # the kernel's first instruction runs once a warp: a partition's warps x programs
+    per_prog = _num(rows[0][ex]) / partitions_per_cta
+    print(f"{path}: {len(rows)} instructions, {total:.0f} samples, "
+          f"{per_prog / warps_per_partition:.0f} programs")  # fmt: skip
+    for name, a, b in partitions(rows, src):
+        groups: dict[float, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        for r in rows[a:b]:
+            g = groups[round(_num(r[ex]) / per_prog, 2)]
+            g["samples"] += _num(r[samp])
+            for s in stalls:
+                g[s[6:]] += _num(r[ix[s]])
+        part = sum(g["samples"] for g in groups.values())
+        if part == 0:
+            continue
+        print(f"\n{name} (rows {a}-{b}): {part / total * 100:.1f}% of all samples")
+        for times, g in sorted(groups.items(), key=lambda kv: -kv[1]["samples"])[:6]:
+            if g["samples"] == 0:
+                continue
+            top = [(k, v) for k, v in g.most_common() if k != "samples"][:3]
+            why = ", ".join(f"{k} {v / g['samples'] * 100:.0f}%" for k, v in top)
+            print(f"  runs {times:6.2f} a program: {g['samples'] / part * 100:5.1f}%  ({why})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
