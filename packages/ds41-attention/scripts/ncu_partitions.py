@@ -67,7 +67,9 @@ def main(path: str, warps_per_partition: int = 4, partitions_per_cta: int = 3) -
     print(f"{path}: {len(rows)} instructions, {total:.0f} samples, "
           f"{per_prog / warps_per_partition:.0f} programs")  # fmt: skip
     for name, a, b in partitions(rows, src):
-        groups: dict[float, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        groups: dict[float, dict[str, float]] = collections.defaultdict(
+            lambda: collections.defaultdict(float)
+        )
         for r in rows[a:b]:
             g = groups[round(_num(r[ex]) / per_prog, 2)]
             g["samples"] += _num(r[samp])
@@ -80,7 +82,9 @@ def main(path: str, warps_per_partition: int = 4, partitions_per_cta: int = 3) -
         for times, g in sorted(groups.items(), key=lambda kv: -kv[1]["samples"])[:6]:
             if g["samples"] == 0:
                 continue
-            top = [(k, v) for k, v in g.most_common() if k != "samples"][:3]
+            top = sorted(((k, v) for k, v in g.items() if k != "samples"), key=lambda kv: -kv[1])[
+                :3
+            ]
             why = ", ".join(f"{k} {v / g['samples'] * 100:.0f}%" for k, v in top)
             print(f"  runs {times:6.2f} a program: {g['samples'] / part * 100:5.1f}%  ({why})")
 
