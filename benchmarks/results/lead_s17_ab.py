@@ -2,7 +2,8 @@
 imported as ds41_attention_old from .dev_lead/ab17) against the working tree (NEW): bits on
 four format pairs (PHASE=bits), then graph-replay times in one process (PHASE=time). Call 2
 ran it with three trees (main, L, LP: the producer's copy layouts), call 3 with two (the
-output staged through shared memory)."""
+output staged through shared memory). TREES="name:module,..." picks the packages (the first
+is the reference), BITS_TREES the ones whose bits are compared."""
 
 import functools
 import importlib
@@ -14,13 +15,19 @@ import time
 import torch
 
 sys.path.insert(0, "packages/ds41-attention/tests")
-sys.path.insert(0, ".dev_lead/ab17")
+sys.path.insert(0, os.environ.get("AB_DIR", ".dev_lead/ab17"))  # the renamed copies
 from attn_helpers import random_cache, random_q, random_sink, random_slots
 
 from ds41_attention import bench as B
 
 CUDA = torch.device("cuda")
-TREES = {"old": "ds41_attention_old", "NEW": "ds41_attention"}
+# name:module pairs; the first is the reference of the bits and of the ratios
+TREES = dict(
+    kv.split(":")
+    for kv in os.environ.get("TREES", "old:ds41_attention_old,NEW:ds41_attention").split(",")
+)
+BITS_TREES = os.environ.get("BITS_TREES", ",".join(TREES)).split(",")
+REF = next(iter(TREES))
 MOD = ".ops.sparse_attention.gluon_launch"
 launch = {
     k: importlib.import_module(v + MOD).launch_gluon_sparse_attention for k, v in TREES.items()
@@ -48,11 +55,12 @@ def bits() -> None:
         for h, rows, seed in shapes:
             a = problem(h, rows, wfmt, cfmt, seed)
             res = {}
-            for name, f in launch.items():
+            for name in BITS_TREES:
+                f = launch[name]
                 for pair in (False, True) if rows <= 66 else (False,):
                     o, lse = f(*a, pair=pair)
                     res[(name, pair)] = (o.clone(), lse.clone())
-            ref = res[("old", False)]
+            ref = res[(REF, False)]
             for key, (o, lse) in res.items():
                 if not (torch.equal(o, ref[0]) and torch.equal(lse, ref[1])):
                     bad += 1
@@ -79,8 +87,10 @@ def times() -> None:
             torch.cuda.empty_cache()
     with open(os.environ.get("OUT", "/tmp") + "/ab17.json", "w") as fh:
         json.dump(out, fh, indent=1)
-    print("| launch | T | kernel | old us | new us | new/old | new TFLOP/s |")
-    print("|--|--:|--|--:|--:|--:|--:|")
+    others = [n for n in TREES if n != REF]
+    print(f"| launch | T | kernel | {REF} us | " + " | ".join(f"{n} us (/{REF})" for n in others)
+          + f" | {others[-1]} TFLOP/s |")  # fmt: skip
+    print("|--|--:|--|--:|" + "--:|" * (len(others) + 1))
     for hidden in (True, False):
         for T in rows_list:
             for pair in (None, False) if T <= 66 else (False,):
@@ -93,10 +103,10 @@ def times() -> None:
                     for n in TREES
                 }
                 kname = "dispatched (pair)" if pair is None else "one-CTA"
-                tf = B.FLASH.flop_per_row * T / (m["NEW"] * 1e-6) / 1e12
+                tf = B.FLASH.flop_per_row * T / (m[others[-1]] * 1e-6) / 1e12
                 mode = "hidden" if hidden else "default"
-                print(f"| {mode} | {T} | {kname} | {m['old']:.1f} | {m['NEW']:.1f} | "
-                      f"{m['NEW'] / m['old']:.3f} | {tf:.1f} |")  # fmt: skip
+                cells = " | ".join(f"{m[n]:.1f} ({m[n] / m[REF]:.3f})" for n in others)
+                print(f"| {mode} | {T} | {kname} | {m[REF]:.1f} | {cells} | {tf:.1f} |")
 
 
 if __name__ == "__main__":
