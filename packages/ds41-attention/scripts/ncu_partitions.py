@@ -7,7 +7,9 @@ On the H200 (Firecracker machines, where ncu reads the counters):
         --launch-skip 2 --launch-count 1 -o prof python3 driver.py
     ncu --import prof.ncu-rep --page source --print-source sass --csv > prof_sass.csv
 
-then here: `python packages/ds41-attention/scripts/ncu_partitions.py prof_sass.csv`.
+then here: `python packages/ds41-attention/scripts/ncu_partitions.py prof_sass.csv [--warps
+4,4,4]`, `--warps` the warps of each partition in the order their code lies in the SASS (the
+default: the attention kernels' three warpgroups; the indexer's logits kernel: e.g. 4,1).
 
 A partition is the code after a `USETMAXREG.TRY_ALLOC` (setmaxnreg) up to the next one,
 named by the count it asks for (production one-CTA kernel: 168 consumer 1, 128 the producer,
@@ -24,10 +26,10 @@ partition's warps' lifetime.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import csv
 import re
-import sys
 
 SETMAX = re.compile(r"USETMAXREG\.(?:TRY_ALLOC|DEALLOC)\.CTAPOOL\s+(?:UP\d+,\s*)?0x([0-9a-f]+)")
 
@@ -53,7 +55,7 @@ def partitions(rows: list[list[str]], src: int) -> list[tuple[str, int, int]]:
     return [(n, a, b) for (n, a), b in zip(starts, ends, strict=True)]
 
 
-def main(path: str, warps_per_partition: int = 4, partitions_per_cta: int = 3) -> None:
+def main(path: str, warps: list[int]) -> None:
     with open(path) as f:
         table = list(csv.reader(f))
     hdr, rows = table[1], table[2:]
@@ -62,11 +64,15 @@ def main(path: str, warps_per_partition: int = 4, partitions_per_cta: int = 3) -
     samp = ix["Warp Stall Sampling (All Samples)"]
     stalls = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
     total = sum(_num(r[samp]) for r in rows)
-    # the kernel's first instruction runs once a warp: a partition's warps x programs
-    per_prog = _num(rows[0][ex]) / partitions_per_cta
-    print(f"{path}: {len(rows)} instructions, {total:.0f} samples, "
-          f"{per_prog / warps_per_partition:.0f} programs")  # fmt: skip
+    # the kernel's first instruction runs once a warp of the CTA
+    programs = _num(rows[0][ex]) / sum(warps)
+    print(f"{path}: {len(rows)} instructions, {total:.0f} samples, {programs:.0f} programs")
+    k = 0
     for name, a, b in partitions(rows, src):
+        if name.startswith("setmaxnreg"):
+            k += 1
+        # a partition's code runs once a warp of it: per program, programs x its warps
+        per_prog = programs * (warps[min(k, len(warps)) - 1] if k > 0 else sum(warps))
         groups: dict[float, dict[str, float]] = collections.defaultdict(
             lambda: collections.defaultdict(float)
         )
@@ -90,4 +96,8 @@ def main(path: str, warps_per_partition: int = 4, partitions_per_cta: int = 3) -
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("csv", help="ncu --page source --print-source sass --csv output")
+    ap.add_argument("--warps", default="4,4,4", help="warps of each partition, in SASS order")
+    a = ap.parse_args()
+    main(a.csv, [int(w) for w in a.warps.split(",")])
