@@ -202,11 +202,25 @@ def test_gluon_fast_single_split_is_the_invariant_kernel():
     assert torch.equal(fo, io) and torch.equal(fl, il)
 
 
+def test_gluon_fast_path_takes_the_pair_kernel_for_two_slices():
+    """Where the planner would cut each row in two (T = 45..66 at H 64) the fast path runs the
+    invariant pair kernel (same bits as the invariant path); at T = 44 (three slices) it
+    splits, and its bits differ from the invariant path's."""
+    _needs_gluon()
+    args = _problem(64, 512, 128, 512, 64, "nvfp4", seed=89, lens_full=True)
+    fo, fl = launch_gluon_fast(*args)
+    io, il = launch_gluon_sparse_attention(*args)
+    assert torch.equal(fo, io) and torch.equal(fl, il)
+    first = _rows(args, torch.arange(44, device=CUDA))
+    so, sl = launch_gluon_fast(*first)
+    _check_close(so, sl, first)
+    assert not torch.equal(so, io[:44])
+
+
 def test_gluon_fast_path_is_not_batch_invariant():
-    """The planner splits a row into 20 slices at T = 1, 16 at T = 8 and 2 at T = 64, so the
-    fp32 partial sums, and the bits, of a row differ between those batch sizes (measured on
-    the H200: row 0 at T = 1 vs 8 and 7 of 8 rows at T = 8 vs 64); each stays within the
-    float64 tolerance."""
+    """The planner splits a row into 20 slices at T = 1 and 16 at T = 8, and T = 64 runs the
+    unsplit pair kernel, so the fp32 partial sums, and the bits, of a row differ between those
+    batch sizes; each stays within the float64 tolerance."""
     _needs_gluon()
     args = _problem(64, 512, 128, 512, 64, "nvfp4", seed=85, lens_full=True)
     outs = {}

@@ -1,8 +1,9 @@
-"""PREPARED in the seventeenth session, NOT RUN: ncu driver for issue 12's last open target
-(logits at 64 rows x 32K entries, 1.96-2.14 TB/s against 2.1). Builds the bench's problem
-(`ds41_indexer.bench.make_cache`, 64 rows, context 32768) and runs `index_logits` eagerly:
-two warm-ups, then the profiled launch (`ncu -k regex:_gluon_logits_kernel --launch-skip 2
---launch-count 1`). Prints the Gluon program shape the launcher picks."""
+"""Prepared in the seventeenth session, ran in the eighteenth (call 2): ncu driver for issue
+12's last open target (logits at 64 rows x 32K entries, 1.96-2.14 TB/s against 2.1). Builds
+the bench's problem (`ds41_indexer.bench.make_cache`, 64 rows, context 32768) and runs
+`index_logits` eagerly: two warm-ups, then the profiled launch (`ncu -k
+regex:_gluon_logits_kernel --launch-skip 2 --launch-count 1`). Prints the Gluon program shape
+the launcher picks."""
 
 import torch
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# PREPARED in the seventeenth session, NOT RUN (no device time left). Before the call, from
+# (prefetch_next_item.patch is in main since the eighteenth session: git show b1fe2f7:$L/prefetch_next_item.patch)
+# Prepared in the seventeenth session; ran in the eighteenth (call 1), results in attention_s18_prefetch_*.log and attention_s18_fastpair.log. Before the call, from
 # a clean main (P = packages/ds41-attention, L = $P/scripts/lab):
 #   mkdir -p .dev_lead/ab18 && cd .dev_lead/ab18 && rm -rf ds41_attention_* &&
 #   for v in old f p; do cp -r ../../$P/src/ds41_attention ds41_attention_$v; done &&
@@ -25,5 +26,5 @@ BITS_TREES=old,fp PHASE=bits timeout 200 python3 benchmarks/results/lead_s17_ab.
 tail -3 $R/ab18_bits.log
 ROWS=1,64,132,264,1024,4096 PHASE=time timeout 240 python3 benchmarks/results/lead_s17_ab.py > $R/ab18_time.log 2>&1; echo "time rc=$?"
 tail -20 $R/ab18_time.log
-timeout 200 python3 benchmarks/results/lead_s18_prepared_fastpair.py > $R/fastpair18.log 2>&1; echo "fastpair rc=$?"
+timeout 200 python3 benchmarks/results/lead_s18_fastpair.py > $R/fastpair18.log 2>&1; echo "fastpair rc=$?"
 tail -24 $R/fastpair18.log

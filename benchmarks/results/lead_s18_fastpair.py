@@ -1,11 +1,11 @@
-"""PREPARED in the seventeenth session, NOT RUN (no device time left): the fast path on sm_90
+"""Prepared in the seventeenth session, ran in the eighteenth (call 1): the fast path on sm_90
 splits each row's keys (`plan_gluon_splits`), but since the staged output the invariant pair
 kernel is faster at T = 64 (35.7 vs 40.6 us in the seventeenth session's bench). Time both,
 and every forced split count, at T = 8..66 to find where the fast path should run the pair
 kernel instead (any kernel may serve the fast path; only the invariant path is bound to
 bits). Graph replay, default and launch-hidden timing, one process.
 
-    python3 benchmarks/results/lead_s18_prepared_fastpair.py > fastpair.log
+    python3 benchmarks/results/lead_s18_fastpair.py > fastpair.log
 """
 
 import functools
