@@ -8,12 +8,13 @@ no split over keys, configuration fixed for (H, D); records are decoded in the k
 gathered bf16 copy); a row's bits do not depend on the other rows.
 
 Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three warpgroups,
-`gl.warp_specialize`, registers re-balanced to 208 / 168 / 128):
+`gl.warp_specialize`, registers re-balanced to 208 / 160 / 136):
 - producer (4 warps): gathers the records (data and scale bytes) of the tiles NRAW ahead with
   16-byte cp.async into a raw ring (the slot indices one tile further ahead); keys outside the
   row or with a bad slot are masked copies, which zero-fill, so they decode to zeros. It
   decodes each tile into bf16 K tiles in NVMMA-swizzled shared memory (KS stages, two halves
-  of D in channel order) and signals the stage's mbarrier. It also copies Q once, by cp.async
+  of D in channel order; the bytes of both halves are loaded before either is decoded) and
+  signals the stage's mbarrier. It also copies Q once, by cp.async
   before anything else; in invariant mode the slot indices of the first three tiles are
   loaded beside the row's lengths (which columns a tile holds follows from them), so a
   program's first gathers wait for one global load, not three in a row. Idle at its
@@ -84,21 +85,23 @@ GLUON_NUM_WARPS = 4
 GLUON_KSTAGES = 3  # K stages (2 when a cache holds bf16 records: their raw ring is larger)
 GLUON_RAW_STAGES = 2
 # Register split: the launch caps every thread at GLUON_MAXNREG (12 warps x 32 x 168 fit the
-# 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 168, the
-# producer to 128, and Triton gives the default partition (consumer 0) what is left: 208
-# (at 136 / 200 the ninth session's consumer 0, with its last tile peeled off the loop, made
-# ptxas spill a shared address that the producer's loop then reloaded every tile; at 128 /
-# 208 nothing spills, offline compile of every format pair)
+# 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 160 (it uses
+# 158), the producer to 136 (loading both halves of a tile before decoding spills at 128), and
+# Triton gives the default partition (consumer 0) what is left: 208 (at 136 / 200 the ninth
+# session's consumer 0, with its last tile peeled off the loop, made ptxas spill a shared
+# address that the producer's loop then reloaded every tile; at 208 / 160 / 136 nothing
+# spills, offline compile of every format pair)
 GLUON_MAXNREG = 168
 D = gl.constexpr(GLUON_D)
 HALF = gl.constexpr(GLUON_D // 2)
 BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
 BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
 NRAW = gl.constexpr(GLUON_RAW_STAGES)
-SUB = gl.constexpr(32)  # keys decoded per step: 32 measured 3-5% faster than 16 (more independent
-# work per step for the producer's one warp per scheduler; no spills, H200 attention_s7_call2)
-C1_REGS = gl.constexpr(168)
-PRODUCER_REGS = gl.constexpr(128)
+# A tile's 32 keys are decoded in one step per half of D: measured 3-5% faster than two 16-key
+# steps (more independent work for the producer's one warp per scheduler; H200
+# attention_s7_call2)
+C1_REGS = gl.constexpr(160)
+PRODUCER_REGS = gl.constexpr(136)
 
 
 @gluon.jit
@@ -221,7 +224,7 @@ def _issue_copy(raw_smem, rs, scl, st_ptr, page_stride, page_size, slots, valid,
 
 @gluon.constexpr_function
 def _dec_layout():
-    # [SUB, 256] bf16: 16 consecutive channels of one key per thread
+    # [BLOCK_N, 256] bf16: 16 consecutive channels of one key per thread
     return gl.BlockedLayout([1, 16], [2, 16], [4, 1], [1, 0])
 
 
@@ -277,40 +280,76 @@ def _e2m1_bf16(b):
 
 
 @gluon.jit
-def _decode_sub(raw, scl, k0, FMT: gl.constexpr, C: gl.constexpr):
-    """bf16 [SUB, 256]: keys [k0, k0 + SUB) of the tile, channels [256 C, 256 C + 256), from
-    the raw ring; exact (SPEC section 4). Invalid keys were zero-filled by their masked
-    copies (data and scale bytes), so they decode to zeros."""
+def _load_sub(raw, scl, FMT: gl.constexpr, C: gl.constexpr):
+    """The shared-memory loads of channels [256 C, 256 C + 256) of the tile's keys: (code
+    bytes, scale bytes) in the decode layouts; for bf16 records both are the values."""
     lay: gl.constexpr = _dec_layout()
     plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     NB: gl.constexpr = raw.shape[0] * raw.shape[1] * 4  # bytes of the ring slot
     if FMT == 0:
         l3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 8, 2], [4, 1, 1], [2, 1, 0])
-        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(k0, SUB)
-        sb = sv.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3)).to(gl.int16)
-        s16 = gl.where(sb == 0, 0x40, sb << 7).to(gl.bfloat16, bitcast=True)
-        s3 = gl.expand_dims(s16, 2).broadcast_to([SUB, 8, 32])
-        scp = gl.convert_layout(gl.reshape(s3, [SUB, 256]), lay, assert_trivial=True)
-        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(k0, SUB).load(lay)
-        x = _e4m3_bf16(b) * scp
+        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(0, BLOCK_N)
+        sb = sv.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3))
+        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(0, BLOCK_N).load(lay)
     elif FMT == 1:
         l3b: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 16, 1], [4, 1, 1], [2, 1, 0])
-        sv1 = scl.slice(k0, SUB).slice(C * 16, 16, dim=1)
-        sb1 = sv1.load(gl.SliceLayout(2, l3b))
-        s1 = sb1.to(gl.float8e4nv, bitcast=True).to(gl.float32).to(gl.bfloat16)
-        s3b = gl.expand_dims(s1, 2).broadcast_to([SUB, 16, 16])
-        scp1 = gl.convert_layout(gl.reshape(s3b, [SUB, 256]), lay, assert_trivial=True)
+        sb = scl.slice(0, BLOCK_N).slice(C * 16, 16, dim=1).load(gl.SliceLayout(2, l3b))
         lb: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-        b1 = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(k0, SUB).load(lb)
-        lo4, hi4 = _e2m1_bf16(b1)
+        b = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(0, BLOCK_N).load(lb)
+    else:
+        b = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(0, BLOCK_N).load(lay)
+        sb = b
+    return b, sb
+
+
+@gluon.jit
+def _decode_loaded(b, sb, FMT: gl.constexpr):
+    """bf16 [BLOCK_N, 256] from `_load_sub`'s bytes, exact (SPEC section 4). Invalid keys were
+    zero-filled by their masked copies (data and scale bytes), so they decode to zeros."""
+    lay: gl.constexpr = _dec_layout()
+    if FMT == 0:
+        s16 = gl.where(sb == 0, 0x40, sb.to(gl.int16) << 7).to(gl.bfloat16, bitcast=True)
+        s3 = gl.expand_dims(s16, 2).broadcast_to([BLOCK_N, 8, 32])
+        scp = gl.convert_layout(gl.reshape(s3, [BLOCK_N, 256]), lay, assert_trivial=True)
+        x = _e4m3_bf16(b) * scp
+    elif FMT == 1:
+        s1 = sb.to(gl.float8e4nv, bitcast=True).to(gl.float32).to(gl.bfloat16)
+        s3b = gl.expand_dims(s1, 2).broadcast_to([BLOCK_N, 16, 16])
+        scp1 = gl.convert_layout(gl.reshape(s3b, [BLOCK_N, 256]), lay, assert_trivial=True)
+        lo4, hi4 = _e2m1_bf16(b)
         # groups of 8 channels: elements 0..3 from lo4, 4..7 from hi4 (each thread keeps its
         # registers: the result is the decode layout without data movement)
-        j = gl.join(gl.reshape(lo4, [SUB, 32, 4]), gl.reshape(hi4, [SUB, 32, 4]))
-        f = gl.reshape(gl.permute(j, [0, 1, 3, 2]), [SUB, 256])
+        j = gl.join(gl.reshape(lo4, [BLOCK_N, 32, 4]), gl.reshape(hi4, [BLOCK_N, 32, 4]))
+        f = gl.reshape(gl.permute(j, [0, 1, 3, 2]), [BLOCK_N, 256])
         x = gl.convert_layout(f, lay, assert_trivial=True) * scp1
     else:
-        x = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(k0, SUB).load(lay)
+        x = b
     return x
+
+
+@gluon.jit
+def _decode_sub(raw, scl, FMT: gl.constexpr, C: gl.constexpr):
+    """bf16 [BLOCK_N, 256]: channels [256 C, 256 C + 256) of the tile's keys, decoded from the
+    raw ring slot `raw` and its scale bytes `scl` in one step (SPEC section 4)."""
+    b, sb = _load_sub(raw, scl, FMT, C)
+    return _decode_loaded(b, sb, FMT)
+
+
+@gluon.jit
+def _decode_tile(raw_smem, rs, scl, k_smem, ks, FMT: gl.constexpr):
+    """Decode ring slot rs (both halves of D) into K stage ks. The bytes of both halves are
+    loaded before either is decoded (the compiler keeps a shared load after an earlier shared
+    store, so the second half's loads would otherwise wait for the first half's decode and
+    stores; H200: 1-1.4% faster at T >= 132, nineteenth session). bf16 records, which need no
+    decode, are copied a half at a time (both halves at once would take 64 more registers)."""
+    if FMT == 2:
+        k_smem.index(ks * 2).store(_decode_sub(raw_smem.index(rs * 2), scl, FMT, 0))
+        k_smem.index(ks * 2 + 1).store(_decode_sub(raw_smem.index(rs * 2 + 1), scl, FMT, 1))
+    else:
+        b0, s0 = _load_sub(raw_smem.index(rs * 2), scl, FMT, 0)
+        b1, s1 = _load_sub(raw_smem.index(rs * 2 + 1), scl, FMT, 1)
+        k_smem.index(ks * 2).store(_decode_loaded(b0, s0, FMT))
+        k_smem.index(ks * 2 + 1).store(_decode_loaded(b1, s1, FMT))
 
 
 @gluon.jit
@@ -538,13 +577,10 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         ok_i = meta_smem.index(rs).load(row_l) != 0
         # both consumers finished tile i - KS, the last reader of this stage
         mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
-        for h in gl.static_range(2):
-            for k0 in gl.static_range(0, BLOCK_N, SUB):
-                if C_FMT == 3 or lo + i < n_w:
-                    x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, W_FMT, h)
-                else:
-                    x = _decode_sub(raw_smem.index(rs * 2 + h), scl_smem.index(rs), k0, C_FMT, h)
-                k_smem.index(ks * 2 + h).slice(k0, SUB).store(x)
+        if C_FMT == 3 or lo + i < n_w:
+            _decode_tile(raw_smem, rs, scl_smem.index(rs), k_smem, ks, W_FMT)
+        else:
+            _decode_tile(raw_smem, rs, scl_smem.index(rs), k_smem, ks, C_FMT)
         kval_smem.index(ks).store(ok_i.to(gl.int32))
         fence_async_shared()
         gl.thread_barrier()

@@ -73,7 +73,6 @@ D = gl.constexpr(PAIR_D)
 BLOCK_H = gl.constexpr(PAIR_BLOCK_H)
 BLOCK_N = gl.constexpr(32)
 NRAW = gl.constexpr(2)
-SUB = gl.constexpr(32)
 PV_REGS = gl.constexpr(168)
 PRODUCER_REGS = gl.constexpr(128)
 HALF_BYTES = gl.constexpr(32 * 256 * 2)  # a K stage's half: BLOCK_N keys x 256 channels, bf16
@@ -286,12 +285,10 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         if i >= KS:
             _wait(XBASE + (KS + ks) * 8, ((i // KS) & 1) ^ 1)
         dst = k_smem.index(ks * 2 + rank)
-        for k0 in gl.static_range(0, BLOCK_N, SUB):
-            if C_FMT == 3 or i < n_w:
-                x = _decode_sub(raw_smem.index(rs), scl_smem.index(rs), k0, W_FMT, 0)
-            else:
-                x = _decode_sub(raw_smem.index(rs), scl_smem.index(rs), k0, C_FMT, 0)
-            dst.slice(k0, SUB).store(x)
+        if C_FMT == 3 or i < n_w:
+            dst.store(_decode_sub(raw_smem.index(rs), scl_smem.index(rs), W_FMT, 0))
+        else:
+            dst.store(_decode_sub(raw_smem.index(rs), scl_smem.index(rs), C_FMT, 0))
         kval_smem.index(ks).store(ok_i.to(gl.int32))
         fence_async_shared()
         gl.thread_barrier()
