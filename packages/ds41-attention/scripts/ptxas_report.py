@@ -107,8 +107,12 @@ def report(
     regs = re.search(r"Used (\d+) registers", res.stderr)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", res.stderr)
     stack = re.search(r"(\d+) bytes stack frame", res.stderr)
+    # ptxas warnings, e.g. C7513 (wgmma serialized: a pipelined product made synchronous)
+    warnings = sorted({line.split("warning :")[-1].strip()[:120]
+                       for line in res.stderr.splitlines() if "warning" in line})  # fmt: skip
     return (
-        f"{cfg or ('gluon split' if split else 'gluon')} fmt {w_fmt}{c_fmt}: "
+        "".join(f"  ptxas warning: {w}\n" for w in warnings)
+        + f"{cfg or ('gluon split' if split else 'gluon')} fmt {w_fmt}{c_fmt}: "
         f"regs {regs.group(1) if regs else '?'} "
         f"stack {stack.group(1) if stack else '?'} "
         f"spill st/ld {spill.group(1) if spill else '?'}/{spill.group(2) if spill else '?'} "
