@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Nineteenth session, call 5: ld2 (both halves loaded before the decode; producer 136 registers) and ld2 + a three-slot raw ring (same
+# arithmetic) against main (a copy imported as ds41_attention_p from .dev_lead/ab20). Bits on
+# four format pairs (one-CTA and pair kernels), then times in one process.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONUNBUFFERED=1; unset TRITON_INTERPRET
+export PYTHONPATH=/tmp/site:$PWD/packages/ds41-cache/src:$PWD/packages/ds41-indexer/src:$PWD/packages/ds41-attention/src:$PWD/packages/ds41-runner/src
+R=$OUT
+export AB_DIR=.dev_lead/ab22 TREES=p:ds41_attention_p,ld2:ds41_attention_ld2,ld2r3:ds41_attention
+PHASE=bits timeout 200 python3 benchmarks/results/lead_s17_ab.py > $R/s19c5_bits.log 2>&1; echo "bits rc=$?"
+grep -c "BITS DIFFER" $R/s19c5_bits.log; grep "BITS DIFFER" $R/s19c5_bits.log | head -5; tail -2 $R/s19c5_bits.log
+ROWS=1,64,132,264,1024,4096 PHASE=time timeout 260 python3 benchmarks/results/lead_s17_ab.py > $R/s19c5_time.log 2>&1; echo "time rc=$?"
+tail -20 $R/s19c5_time.log
