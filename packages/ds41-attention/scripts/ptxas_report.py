@@ -4,11 +4,12 @@ Compiles the Triton `_sparse_attn_kernel` per config and the Gluon kernel for th
 geometry (mxfp8 window, nvfp4 compressed, D=512) with Triton's bundled ptxas and prints
 registers, spill bytes and shared memory:
 `python packages/ds41-attention/scripts/ptxas_report.py "64,64,8,1;64,32,8,1" [--gluon]
-[--split] [--sass DIR]`. Config fields: block_h, block_n, num_warps, num_stages. `--module PATH`
-compiles the Gluon kernel of a lab copy (e.g. a lab file restored from history) instead. `--split`
-also compiles the Gluon kernel's split (fast-path) variant; `--sass DIR` writes each kernel's
-SASS there (nvdisasm), e.g. to diff two versions of a kernel (`scripts/sass_loops.py` counts
-each partition's loop); `--pairs 01,03,13` picks the (window, compressed) format pairs.
+[--split] [--pair] [--sass DIR]`. Config fields: block_h, block_n, num_warps, num_stages.
+`--module PATH` compiles the Gluon kernel of a lab copy (e.g. a lab file restored from history)
+instead. `--split` also compiles the Gluon kernel's split (fast-path) variant, `--pair` the pair
+kernel (two CTAs a row, compiled for one CTA as its launcher does); `--sass DIR` writes each
+kernel's SASS there (nvdisasm), e.g. to diff two versions of a kernel (`scripts/sass_loops.py`
+counts each partition's loop); `--pairs 01,03,13` picks the (window, compressed) format pairs.
 """
 
 from __future__ import annotations
@@ -56,9 +57,21 @@ def report(
     split: bool = False,
     sass_dir: str | None = None,
     module: str | None = None,
+    pair: bool = False,
 ) -> str:
-    """Resources of the Triton kernel at `cfg`, or of the Gluon kernel when `cfg` is None."""
-    if cfg is None:
+    """Resources of the Triton kernel at `cfg`, or of the Gluon kernel when `cfg` is None (the
+    pair kernel with `pair`, compiled for one CTA as its launcher does, XBASE = 0)."""
+    if cfg is None and pair:
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        from ds41_attention.ops.sparse_attention import gluon_pair_kernels as gp
+
+        cx: dict[str, int | bool] = {"W_FMT": w_fmt, "C_FMT": c_fmt, "XBASE": 0}
+        sig, attrs = signature(gp._gluon_pair_attn_kernel, cx)
+        sig["q_ptr"] = sig["out_ptr"] = "*bf16"
+        src = GluonASTSource(gp._gluon_pair_attn_kernel, sig, cx, attrs)
+        opts: dict[str, int] = {"num_warps": gp.PAIR_NUM_WARPS, "maxnreg": gp.PAIR_MAXNREG}
+    elif cfg is None:
         from triton.experimental.gluon._runtime import GluonASTSource
 
         from ds41_attention.ops.sparse_attention import gluon_kernels as gk
@@ -71,13 +84,13 @@ def report(
             gk = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(gk)
 
-        cx: dict[str, int | bool] = {"W_FMT": w_fmt, "C_FMT": c_fmt}
+        cx = {"W_FMT": w_fmt, "C_FMT": c_fmt}
         if "SPLIT" in gk._gluon_sparse_attn_kernel.arg_names:
             cx["SPLIT"] = split
         sig, attrs = signature(gk._gluon_sparse_attn_kernel, cx)
         sig["q_ptr"] = sig["out_ptr"] = "*bf16"  # the Gluon kernel reads / writes bf16
         src = GluonASTSource(gk._gluon_sparse_attn_kernel, sig, cx, attrs)
-        opts: dict[str, int] = {"num_warps": gk.GLUON_NUM_WARPS, "maxnreg": gk.GLUON_MAXNREG}
+        opts = {"num_warps": gk.GLUON_NUM_WARPS, "maxnreg": gk.GLUON_MAXNREG}
     else:
         cx = {"D": d, "BLOCK_H": cfg.block_h, "BLOCK_N": cfg.block_n, "W_FMT": w_fmt,
               "C_FMT": c_fmt, "SPLIT": False, "UPCAST": False, "HW_FP8": True,
@@ -102,6 +115,7 @@ def report(
             sass = subprocess.run([nvdisasm, "-c", os.path.join(tmp, "k.cubin")],
                                   capture_output=True, text=True, check=True).stdout  # fmt: skip
             name = "gluon_split" if split else ("gluon" if cfg is None else "triton")
+            name = "gluon_pair" if pair else name
             with open(os.path.join(sass_dir, f"{name}_{w_fmt}{c_fmt}.sass"), "w") as f:
                 f.write(sass)
     regs = re.search(r"Used (\d+) registers", res.stderr)
@@ -112,7 +126,8 @@ def report(
                        for line in res.stderr.splitlines() if "warning" in line})  # fmt: skip
     return (
         "".join(f"  ptxas warning: {w}\n" for w in warnings)
-        + f"{cfg or ('gluon split' if split else 'gluon')} fmt {w_fmt}{c_fmt}: "
+        + f"{cfg or ('gluon pair' if pair else 'gluon split' if split else 'gluon')} "
+        f"fmt {w_fmt}{c_fmt}: "
         f"regs {regs.group(1) if regs else '?'} "
         f"stack {stack.group(1) if stack else '?'} "
         f"spill st/ld {spill.group(1) if spill else '?'}/{spill.group(2) if spill else '?'} "
@@ -140,3 +155,5 @@ if __name__ == "__main__":
             if "--split" in argv:
                 print(report(None, w_fmt=wf, c_fmt=cf, split=True, sass_dir=sass, module=module),
                       flush=True)  # fmt: skip
+            if "--pair" in argv:
+                print(report(None, w_fmt=wf, c_fmt=cf, sass_dir=sass, pair=True), flush=True)
