@@ -337,34 +337,25 @@ def _decode_sub(raw, scl, FMT: gl.constexpr, C: gl.constexpr):
 
 
 @gluon.jit
-def _decode_tile(raw_smem, rs, scl, k_smem, ks, FMT: gl.constexpr):
-    """Decode ring slot rs (both halves of D) into K stage ks. The bytes of both halves are
-    loaded before either is decoded (the compiler keeps a shared load after an earlier shared
-    store, so the second half's loads would otherwise wait for the first half's decode and
-    stores; H200: 1-1.4% faster at T >= 132, nineteenth session). bf16 records, which need no
-    decode, are copied a half at a time (both halves at once would take 64 more registers)."""
-    if FMT == 2:
-        k_smem.index(ks * 2).store(_decode_sub(raw_smem.index(rs * 2), scl, FMT, 0))
-        k_smem.index(ks * 2 + 1).store(_decode_sub(raw_smem.index(rs * 2 + 1), scl, FMT, 1))
-    else:
-        b0, s0 = _load_sub(raw_smem.index(rs * 2), scl, FMT, 0)
-        b1, s1 = _load_sub(raw_smem.index(rs * 2 + 1), scl, FMT, 1)
-        k_smem.index(ks * 2).store(_decode_loaded(b0, s0, FMT))
-        k_smem.index(ks * 2 + 1).store(_decode_loaded(b1, s1, FMT))
-
-
-@gluon.jit
 def _decode_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, lo, n_w, sl_f, ok_f, meta_smem, w_ptr,
                   w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size,
                   FMT: gl.constexpr, W_FMT: gl.constexpr, C_FMT: gl.constexpr):  # fmt: skip
     """Decode ring slot rs (the program's tile i, format FMT) into K stage ks and start the
-    copies of tile i + NRAW into the same slot. Once every producer thread holds the slot's
-    bytes in registers (a barrier), half 0 is decoded and stored, then the copies are issued,
-    then half 1: the copies' address work and the decode's chains interleave in the
-    producer's one warp per scheduler (H200, nineteenth session: 5% faster at T >= 1024 than
-    the copies after the stage's arrival; between the loads and half 0 ptxas spills)."""
+    copies of tile i + NRAW into the same slot. The bytes of both halves are loaded before
+    either is decoded (the compiler keeps a shared load after an earlier shared store, so the
+    second half's loads would otherwise wait for the first half's decode and stores; H200:
+    1-1.4% faster at T >= 132, nineteenth session). Once every producer thread holds the
+    slot's bytes in registers (a barrier), half 0 is decoded and stored, then the copies are
+    issued, then half 1: the copies' address work and the decode's chains interleave in the
+    producer's one warp per scheduler (5% faster at T >= 1024 than the copies after the
+    stage's arrival; issued between the loads and half 0, ptxas spills). bf16 records, which
+    need no decode, are copied a half at a time (both at once would take 64 more registers)
+    and their copies follow."""
     if FMT == 2:
-        _decode_tile(raw_smem, rs, scl_smem.index(rs), k_smem, ks, FMT)
+        k_smem.index(ks * 2).store(_decode_sub(raw_smem.index(rs * 2), scl_smem.index(rs), FMT, 0))
+        k_smem.index(ks * 2 + 1).store(
+            _decode_sub(raw_smem.index(rs * 2 + 1), scl_smem.index(rs), FMT, 1)
+        )
         gl.thread_barrier()
         _fetch(i + NRAW, lo + i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
                w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
