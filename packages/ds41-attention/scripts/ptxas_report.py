@@ -40,6 +40,9 @@ def signature(fn, constexprs: dict[str, int | bool]):
     """(signature, attrs) of `fn` as the launchers specialize it on the V4.1 geometry:
     pointers, strides and page sizes divisible by 16. Without these attributes ptxas sees
     scalar loads and reports other registers and spills than the real kernel."""
+    for prm in fn.params:  # the page sizes, constexprs of the Gluon kernels: the bench's 64
+        if prm.is_constexpr and prm.name.endswith("page_size"):
+            constexprs.setdefault(prm.name, 64)
     sig = {}
     attrs: dict[tuple[int], list[list[object]]] = {}
     for i, name in enumerate(fn.arg_names):
