@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Twentieth session, calls 5 and 6 (warm machine after call 4), on the tree with constexpr page
+# sizes (then a lab patch, applied here; now main): the runner gpu suite and the bench with the
+# launch hidden (call 5), then the bench beside the Triton kernels (call 6).
+patch -s -p1 --no-backup-if-mismatch < packages/ds41-attention/scripts/lab/constexpr_page_sizes.patch && echo applied; python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null; export PYTHONUNBUFFERED=1; unset TRITON_INTERPRET; S=$PWD/packages; export PYTHONPATH=/tmp/site:$S/ds41-cache/src:$S/ds41-indexer/src:$S/ds41-attention/src:$S/ds41-runner/src; R=$OUT; timeout 300 python3 -m pytest -q -rfE -m gpu -n 4 -p no:cacheprovider packages/ds41-runner/tests > $R/runner_gpu_s20c5.log 2>&1; echo "runner rc=$?"; grep -E "^(FAILED|ERROR)" $R/runner_gpu_s20c5.log | head; tail -1 $R/runner_gpu_s20c5.log; timeout 60 python3 -m ds41_attention.bench --rows 1,8,64,1024,4096 --reps 30 --skip torch,invariant,fast_triton --launch-hidden --json $R/attention_bench_s20_hidden.json > $R/attention_bench_s20_hidden.log 2>&1; echo "bench hidden rc=$?"; tail -7 $R/attention_bench_s20_hidden.log
+# call 6:
+# timeout 150 python3 -m ds41_attention.bench --rows 1,8,48,64,128,1024,4096 --reps 30 --skip torch --json $R/attention_bench_s20.json --plot $R/attention_bench_s20.png > $R/attention_bench_s20.log 2>&1
