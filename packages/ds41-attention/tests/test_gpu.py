@@ -27,6 +27,7 @@ from ds41_attention.ops.sparse_attention.gluon_launch import (
     launch_gluon_sparse_attention,
 )
 from ds41_attention.ops.sparse_attention.launch import launch_sparse_attention
+from ds41_cache import PagedCache
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -154,6 +155,38 @@ def test_pair_kernel_gives_the_one_cta_bits(wfmt, cfmt, h):
         po, pl = launch_gluon_sparse_attention(*args, pair=True)
         co, cl = launch_gluon_sparse_attention(*args, pair=False)
         assert torch.equal(po, co) and torch.equal(pl, cl), rows
+
+
+def _repaged(cache, page):
+    """The records of `cache` at the same slots in a cache of `page` tokens a page."""
+    n = cache.num_slots
+    out = PagedCache.allocate(cache.fmt, cache.dim, page, -(-n // page), device=cache.device)
+    for nbytes, src, dst in (
+        (cache.data_bytes, cache.data_view(), out.data_view()),
+        (cache.scale_bytes, cache.scale_view(), out.scale_view()),
+    ):
+        if nbytes:
+            rows = torch.zeros((out.num_slots, nbytes), dtype=torch.uint8, device=cache.device)
+            rows[:n] = src.reshape(n, nbytes)
+            dst.copy_(rows.view(out.num_pages, page, nbytes))
+    return out
+
+
+@pytest.mark.parametrize("pages", [(16, 48), (48, 16)])
+@pytest.mark.parametrize("rows", [40, 150])
+def test_page_size_does_not_change_the_bits(pages, rows, impl):
+    """The same records at the same slots in caches of other page sizes give every row the
+    same bits: 16 tokens a page (the runner's) and 48 (not a power of two: the Gluon kernels,
+    which take the page sizes as constexprs, divide by a constant there, not shift); 40 rows
+    run the pair kernel, 150 the one-CTA kernel."""
+    args = _problem(64, 512, 128, 512, rows, "nvfp4", seed=rows + pages[0])
+    out, lse = impl(*args)
+    paged = list(args)
+    paged[1] = _repaged(args[1], pages[0])
+    paged[4] = _repaged(args[4], pages[1])
+    assert (paged[1].page_size, paged[4].page_size) == pages
+    o2, l2 = impl(*paged)
+    assert torch.equal(o2, out) and torch.equal(l2, lse)
 
 
 def test_invariant_path_runs_the_pair_kernel_while_rows_fit(monkeypatch):
