@@ -39,8 +39,10 @@ NOT_DIV16 = {"H", "W", "K", "w_num_slots", "c_num_slots", "num_splits", "num_ite
 def signature(fn, constexprs: dict[str, int | bool]):
     """(signature, attrs) of `fn` as the launchers specialize it on the V4.1 geometry:
     pointers, strides and page sizes divisible by 16. Without these attributes ptxas sees
-    scalar loads and reports other registers and spills than the real kernel."""
-    for prm in fn.params:  # the page sizes, constexprs of the Gluon kernels: the bench's 64
+    scalar loads and reports other registers and spills than the real kernel. The page sizes,
+    constexprs of the Gluon kernels, are added to `constexprs` in place (the bench's 64) so
+    the caller's compile sees them."""
+    for prm in fn.params:
         if prm.is_constexpr and prm.name.endswith("page_size"):
             constexprs.setdefault(prm.name, 64)
     sig = {}

@@ -14,10 +14,9 @@ Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three 
   sizes are constexprs, so a record's page and offset divide by a constant, a shift for a
   power of two); keys outside the row or with a bad slot are masked copies, which zero-fill,
   so they decode to zeros. It decodes each tile into bf16 K tiles in NVMMA-swizzled shared
-  memory (KS stages, two halves
-  of D in channel order; the bytes of both halves are loaded before either is decoded, and
-  the next copies into the slot are issued between the two halves' decodes) and signals the
-  stage's mbarrier. It also copies Q once, by cp.async
+  memory (KS stages, two halves of D in channel order; the bytes of both halves are loaded
+  before either is decoded, and the next copies into the slot are issued between the two
+  halves' decodes) and signals the stage's mbarrier. It also copies Q once, by cp.async
   before anything else; in invariant mode the slot indices of the first three tiles are
   loaded beside the row's lengths (which columns a tile holds follows from them), so a
   program's first gathers wait for one global load, not three in a row. Idle at its
@@ -96,7 +95,6 @@ GLUON_RAW_STAGES = 2
 # spills, offline compile of every format pair)
 GLUON_MAXNREG = 168
 D = gl.constexpr(GLUON_D)
-HALF = gl.constexpr(GLUON_D // 2)
 BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
 BLOCK_N = gl.constexpr(GLUON_BLOCK_N)
 NRAW = gl.constexpr(GLUON_RAW_STAGES)

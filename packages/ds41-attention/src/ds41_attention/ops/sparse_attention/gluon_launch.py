@@ -370,8 +370,8 @@ def launch_gluon_fast(
     the combine kernel; `splits` (default `plan_gluon_splits` from the batch shape and the
     SM count) slices per row. With one slice it is the invariant kernel; where the default
     plan gives two slices and the pair kernel serves the batch, the invariant path's pair
-    kernel runs instead (faster there, and a batch-dependent choice like the split count). Not batch
-    invariant: a row's slices, so its bits, follow the batch size. Inputs as for
+    kernel runs instead (faster there, and a batch-dependent choice like the split count).
+    Not batch invariant: a row's slices, so its bits, follow the batch size. Inputs as for
     `launch_gluon_sparse_attention`.
     """
     from .gluon_kernels import (

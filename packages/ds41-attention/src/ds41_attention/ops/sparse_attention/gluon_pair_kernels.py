@@ -458,11 +458,7 @@ def _gluon_pair_attn_kernel(
         _on_barrier(_BAR_INIT, XBASE + (KS + s) * 8, 3)
     fence_async_shared()
     gl.thread_barrier()
-    # the page sizes reach the partitions as constants (a constexpr in this tuple does not
-    # compile; `gl.full` gives a constant each partition rematerializes), so a record's page
-    # and offset are a division by a constant, a shift for a power of two, not the runtime
-    # division (I2F, MUFU.RCP, F2I and fix-ups) that was on the producer's chain (H200,
-    # twentieth session: 0.7-1.2% faster at T >= 1024, same bits)
+    # the page sizes reach the partitions as constants, as in `_gluon_sparse_attn_kernel`
     w_ps = gl.full([], w_page_size, gl.int32)
     c_ps = gl.full([], c_page_size, gl.int32)
     a = (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_ps, w_num_slots, swa_ptr,
