@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
 import pairs_kernels as pk  # noqa: E402
+import timeline  # noqa: E402
 
 SIZES = ((64, 32768), (32, 32768), (256, 32768), (8, 131072), (64, 131072), (256, 131072),
          (64, 1048576), (256, 1048576))  # fmt: skip
@@ -163,13 +164,7 @@ def once(spec: str) -> None:
     dims = [int(v) for v in spec.split(":")[0].split("x")]
     t, ctx = dims[0], dims[1]
     dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(0)
-    cache, table = bench.make_cache(t, ctx, dev, gen)
-    q = torch.randn(t, bench.HI, bench.DI, device=dev, generator=gen).mul(2).round()
-    q = q.to(torch.bfloat16)
-    w = torch.randn(t, bench.HI, device=dev, generator=gen)
-    req = torch.arange(t, dtype=torch.int32, device=dev)
-    pos = torch.full((t,), ctx - 1, dtype=torch.int32, device=dev)
+    q, w, cache, table, req, pos, _ratio = timeline.bench_inputs(t, ctx)
     args = (q, w, cache, table, req, pos, 1)
     ref = torch.full((t, ctx), float("nan"), device=dev)
     out = torch.full((t, ctx), float("nan"), device=dev)
@@ -208,13 +203,7 @@ def main() -> None:
     timings = []
     for spec in a.sizes.split(","):
         t, ctx = (int(v) for v in spec.split("x"))
-        gen = torch.Generator(device=dev).manual_seed(0)
-        cache, table = bench.make_cache(t, ctx, dev, gen)
-        q = torch.randn(t, bench.HI, bench.DI, device=dev, generator=gen).mul(2).round()
-        q = q.to(torch.bfloat16)
-        w = torch.randn(t, bench.HI, device=dev, generator=gen)
-        req = torch.arange(t, dtype=torch.int32, device=dev)
-        pos = torch.full((t,), ctx - 1, dtype=torch.int32, device=dev)
+        q, w, cache, table, req, pos, _ratio = timeline.bench_inputs(t, ctx)
         ref = torch.full((t, ctx), float("nan"), device=dev)
         out = torch.full((t, ctx), float("nan"), device=dev)
         gm_r = torch.zeros(t, ctx // 64, dtype=torch.int32, device=dev)

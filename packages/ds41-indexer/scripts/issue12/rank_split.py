@@ -109,13 +109,7 @@ def main() -> None:
 
     t, ctx = a.rows, a.context
     dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(0)
-    cache, table = bench.make_cache(t, ctx, dev, gen)
-    q = torch.randn(t, bench.HI, bench.DI, device=dev, generator=gen).mul(2).round()
-    q = q.to(torch.bfloat16)
-    w = torch.randn(t, bench.HI, device=dev, generator=gen)
-    req = torch.arange(t, dtype=torch.int32, device=dev)
-    pos = torch.full((t,), ctx - 1, dtype=torch.int32, device=dev)
+    q, w, cache, table, req, pos, _ratio = timeline.bench_inputs(t, ctx)
     spans = -(-ctx // (TILE[0] * TILE[1]))
     ref = torch.full((t, ctx), float("nan"), device=dev)
     cfg = gl_launch.gluon_config(t, spans)

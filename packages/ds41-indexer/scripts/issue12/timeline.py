@@ -206,6 +206,27 @@ def _stamp_report(stamps: list[list[int]], tiles: int) -> dict[str, object]:
     return row
 
 
+def bench_inputs(t: int, ctx: int, hot: bool = False):  # type: ignore[no-untyped-def]
+    """The bench's logits inputs on the GPU, seed 0: (q, w, cache, table, req, pos, ratio 1),
+    one request of `ctx` visible entries a row; `hot`: every row reads request 0's keys."""
+    import torch
+
+    from ds41_indexer import bench
+
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(0)
+    cache, table = bench.make_cache(t, ctx, dev, gen)
+    q = torch.randn(t, bench.HI, bench.DI, device=dev, generator=gen).mul(2).round()
+    q = q.to(torch.bfloat16)
+    w = torch.randn(t, bench.HI, device=dev, generator=gen)
+    if hot:
+        req = torch.zeros(t, dtype=torch.int32, device=dev)
+    else:
+        req = torch.arange(t, dtype=torch.int32, device=dev)
+    pos = torch.full((t,), ctx - 1, dtype=torch.int32, device=dev)
+    return q, w, cache, table, req, pos, 1
+
+
 def _one_size(lab: ModuleType, t: int, ctx: int, iters: int, configs: list[tuple[int, int]],
               stamp_config: tuple[int, int] | None, hot: bool,
               waits: bool) -> dict[str, object]:  # fmt: skip
@@ -217,18 +238,8 @@ def _one_size(lab: ModuleType, t: int, ctx: int, iters: int, configs: list[tuple
     from ds41_indexer.ops.logits.triton_kernels import TILE
 
     dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(0)
-    cache, table = bench.make_cache(t, ctx, dev, gen)
-    q = torch.randn(t, bench.HI, bench.DI, device=dev, generator=gen).mul(2).round()
-    q = q.to(torch.bfloat16)
-    w = torch.randn(t, bench.HI, device=dev, generator=gen)
     # hot: every row reads request 0's keys (L2-resident), to see what the DRAM costs
-    req = (
-        torch.zeros(t, dtype=torch.int32, device=dev)
-        if hot
-        else torch.arange(t, dtype=torch.int32, device=dev)
-    )
-    pos = torch.full((t,), ctx - 1, dtype=torch.int32, device=dev)
+    q, w, cache, table, req, pos, _ratio = bench_inputs(t, ctx, hot)
     spans = -(-ctx // (TILE[0] * TILE[1]))
     cfg = stamp_config or gl_launch.gluon_config(t, spans)
     ref = torch.full((t, ctx), float("nan"), device=dev)
