@@ -25,6 +25,13 @@ loop unrolled by the ring's 4 stages, 145 us with the producers as the oldest wa
 88 us with the loop not unrolled (as here, CONSUMER_UNROLL = 1). Each pair's partition is its
 own copy of the code, and four copies of the unrolled consumer body (~13 KB each) overflow
 the SM's instruction cache. Not adopted; kept as the record of the design.
+
+`_rowclaim_kernel` (prepared, not yet run on a GPU): the same producer and consumer as one pair
+a program in the production layout (programs (t, j), four an SM running one copy of the code),
+taking row t's spans from a per-row counter that the launcher zeroes. Offline for sm_90a: 8
+warps, 33.9 KB of shared memory, the consumer's 4-tile loop 867 instructions (production 845),
+the producer's tile loop 133, spills only per span.
+`benchmarks/results/lead_s22_prepared_rowclaim.sh` measures it.
 """
 
 from triton.experimental import gluon
@@ -211,7 +218,7 @@ def _pp_finish(gp, tl, sw, pbad, c_first, lim, meta, fac_smem, mult_smem, meta_s
 
 @gluon.jit
 def _pair_producer(a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty, page_smem,
-                   P: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                   P: gl.constexpr, PAGE_SIZE: gl.constexpr, ROW_CLAIM: gl.constexpr,
                    STAGES: gl.constexpr):  # fmt: skip
     (
         _q_ptr,
@@ -244,8 +251,14 @@ def _pair_producer(a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty, p
         n_spans,
         spans_per_row,
     ) = a
-    lo, hi = _range_of(n_spans)
-    cnt = claim_ptr + gl.program_id(0)
+    if ROW_CLAIM:
+        # `_rowclaim_kernel`: program (t, j) takes spans of row t from row t's counter
+        lo = gl.program_id(0).to(gl.int64) * spans_per_row
+        hi = lo + spans_per_row
+        cnt = claim_ptr + gl.program_id(0)
+    else:
+        lo, hi = _range_of(n_spans)
+        cnt = claim_ptr + gl.program_id(0)
     dl: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [1, 1], [1, 0])
     kl: gl.constexpr = gl.BlockedLayout([2, 4], [32, 1], [1, 1], [1, 0])
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, dl))
@@ -301,7 +314,8 @@ def _pair_producer(a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty, p
 def _pair_consumer(a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem, ready, empty,
                    HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr,
                    HAS_CAND: gl.constexpr, OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr,
-                   STAGES: gl.constexpr, C: gl.constexpr):  # fmt: skip
+                   STAGES: gl.constexpr, C: gl.constexpr,
+                   UNROLL: gl.constexpr):  # fmt: skip
     """Consumer of pair C: the spans its producer hands over, each as the production kernel's
     consumer scores a span (`gluon_kernels._consume`), then the span's general path if its
     range bit or its row's query test says so, and the span's path byte."""
@@ -383,10 +397,10 @@ def _pair_consumer(a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem
             lim = gl.minimum(n_cols, n_vis - entry_base)
             gslots = gl.zeros([4, 32], gl.float32, gml)
             last = m
-            for q4 in range(0, SPAN, CONSUMER_UNROLL):
-                for k in gl.static_range(CONSUMER_UNROLL):
+            for q4 in range(0, SPAN, UNROLL):
+                for k in gl.static_range(UNROLL):
                     tl = q4 + k
-                    if CONSUMER_UNROLL == STAGES:
+                    if UNROLL == STAGES:
                         s = C * STAGES + k
                     else:
                         s = C * STAGES + tl % STAGES
@@ -397,7 +411,7 @@ def _pair_consumer(a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem
                     raw = raw.load(rl)
                     fac = fac_smem.index(s).load(scl)
                     kfac = mult_smem.index(s).load(row)
-                    if k == CONSUMER_UNROLL - 1:
+                    if k == UNROLL - 1:
                         last = gl.max(meta_smem.index(s).load(one), axis=0)
                     gl.thread_barrier()
                     mbarrier.arrive(empty.index(s), count=1)
@@ -501,27 +515,78 @@ def _pairs_kernel(
         [
             (_idle, ()),
             (_pair_producer, (a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty,
-                              page_smem, 0, PAGE_SIZE, STAGES)),
+                              page_smem, 0, PAGE_SIZE, STAGES, False)),
             (_pair_producer, (a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty,
-                              page_smem, 1, PAGE_SIZE, STAGES)),
+                              page_smem, 1, PAGE_SIZE, STAGES, False)),
             (_pair_producer, (a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty,
-                              page_smem, 2, PAGE_SIZE, STAGES)),
+                              page_smem, 2, PAGE_SIZE, STAGES, False)),
             (_pair_producer, (a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty,
-                              page_smem, 3, PAGE_SIZE, STAGES)),
+                              page_smem, 3, PAGE_SIZE, STAGES, False)),
             (_pair_consumer, (a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem,
                               ready, empty, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
-                              HAS_GMAX, STAGES, 0)),
+                              HAS_GMAX, STAGES, 0, CONSUMER_UNROLL)),
             (_pair_consumer, (a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem,
                               ready, empty, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
-                              HAS_GMAX, STAGES, 1)),
+                              HAS_GMAX, STAGES, 1, CONSUMER_UNROLL)),
             (_pair_consumer, (a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem,
                               ready, empty, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
-                              HAS_GMAX, STAGES, 2)),
+                              HAS_GMAX, STAGES, 2, CONSUMER_UNROLL)),
             (_pair_consumer, (a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem,
                               ready, empty, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
-                              HAS_GMAX, STAGES, 3)),
+                              HAS_GMAX, STAGES, 3, CONSUMER_UNROLL)),
         ],
         [1, 1, 1, 1, 4, 4, 4, 4],
         [PRODUCER_REGS, PRODUCER_REGS, PRODUCER_REGS, PRODUCER_REGS, CONSUMER_REGS,
          CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS],
+    )  # fmt: skip
+
+
+@gluon.jit
+def _rowclaim_kernel(
+    q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr, path_ptr,
+    claim_ptr, ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t, n_req, bt_cols,
+    bt_stride_r, num_pages, page_stride, cand_stride_t, cand_cols, out_stride_t,
+    gmax_stride_t, path_stride_t, n_spans, spans_per_row,
+    HI: gl.constexpr, HI_PAD: gl.constexpr, PAGE_SIZE: gl.constexpr, HAS_CAND: gl.constexpr,
+    OUT_BF16: gl.constexpr, HAS_GMAX: gl.constexpr, STAGES: gl.constexpr,
+    GDC: gl.constexpr = False,
+):  # fmt: skip
+    """Prepared, not measured (twenty-first session): the production layout (programs (t, j),
+    one producer warp and one consumer warpgroup each, four programs an SM running the same
+    code), but the programs of row t take its spans from row t's counter (claim_ptr[t], zeroed
+    by the launcher) one span ahead, so the programs an SM favours take more of their rows and
+    the SM's programs end together. The consumer folds its row's queries once."""
+    gluon_enter_dependent(GDC)
+    plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, DI // 2], gl.float16)
+    data_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, ROW_WORDS],
+                                          _data_smem_layout())  # fmt: skip
+    fac_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, 4],
+                                         gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))  # fmt: skip
+    mult_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_N], plain1)
+    meta_smem = gl.allocate_shared_memory(gl.int32, [STAGES, 1], plain1)
+    q_smem = gl.allocate_shared_memory(gl.float16, [1, HI_PAD, DI // 2], q_lay)
+    q2_smem = gl.allocate_shared_memory(gl.float16, [1, HI_PAD, DI // 2], q_lay)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(STAGES):
+        mbarrier.init(ready.index(b), count=33)
+        mbarrier.init(empty.index(b), count=1)
+    page_smem = gl.allocate_shared_memory(gl.int32, [SPAN, 1], plain1)
+    fence_async_shared()
+    gl.thread_barrier()
+    a = (q_ptr, w_ptr, cache_ptr, bt_ptr, req_ptr, pos_ptr, cand_ptr, out_ptr, gmax_ptr,
+         path_ptr, claim_ptr, ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t,
+         n_req, bt_cols, bt_stride_r, num_pages, page_stride, cand_stride_t, cand_cols,
+         out_stride_t, gmax_stride_t, path_stride_t, n_spans, spans_per_row)  # fmt: skip
+    gl.warp_specialize(
+        [
+            (_pair_consumer, (a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem,
+                              ready, empty, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
+                              HAS_GMAX, STAGES, 0, STAGES)),
+            (_pair_producer, (a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty,
+                              page_smem, 0, PAGE_SIZE, STAGES, True)),
+        ],
+        [1],
+        [PRODUCER_REGS],
     )  # fmt: skip

@@ -1,6 +1,7 @@
-"""Issue 12, twenty-first session: the lab kernel of `pairs_kernels.py` (one program an SM of
-four producer/consumer pairs taking spans as they come) against the production Gluon logits
-kernel on one H200.
+"""Issue 12, twenty-first session: the lab kernels of `pairs_kernels.py` against the production
+Gluon logits kernel on one H200. `--kernel pairs` (measured): one program an SM of four
+producer/consumer pairs taking spans as they come. `--kernel rowclaim` (prepared, not yet run
+on a GPU): the production layout whose programs take their row's spans from a per-row counter.
 
 Checks first, bitwise against the production kernel (logits, group maxima, each span's path):
 the Gluon tests' scenarios (`tests/test_gluon_logits.py`: mixed requests with padding rows,
@@ -8,7 +9,8 @@ bf16 output, candidates, 128-entry pages, the scale-range edges with general-pat
 +inf / NaN rows, ratio 4) and the bench's caches. Then CUDA-graph medians of both kernels
 (logits only, as the bench's logits column), launch hidden and not, one table.
 
-    python packages/ds41-indexer/scripts/issue12/pairs_lab.py [--json out.json]
+    python packages/ds41-indexer/scripts/issue12/pairs_lab.py [--kernel rowclaim] [--json out.json]
+    python packages/ds41-indexer/scripts/issue12/pairs_lab.py --once 64x32768:t[:g][:s]
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ SIZES = ((64, 32768), (32, 32768), (256, 32768), (8, 131072), (64, 131072), (256
          (64, 1048576), (256, 1048576))  # fmt: skip
 PAIRS_MAXNREG = 80
 PAIRS_CONSUMER_REGS = 104
+# `--kernel`: "pairs" (`_pairs_kernel`, one program an SM) or "rowclaim" (`_rowclaim_kernel`,
+# prepared in the twenty-first session, not yet measured: the production layout with per-row
+# span counters)
+KERNEL = "pairs"
+ROWCLAIM_MAXNREG = 64  # as the production kernel: 4 programs an SM, the consumer at 104
 
 
 def launch_pairs(q, w, cache, table, req, pos, ratio, out, cand=None, *, gmax=None,  # type: ignore[no-untyped-def]
@@ -46,9 +53,31 @@ def launch_pairs(q, w, cache, table, req, pos, ratio, out, cand=None, *, gmax=No
     paths = torch.full((t, max(spans, 1)), -1, dtype=torch.int8, device=q.device)
     n_spans = t * spans
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    c = cand if cand is not None else out
+    if KERNEL == "rowclaim":
+        # programs a row: one wave of four an SM, at most one a span
+        per_row = programs or max(1, min(spans, (4 * sms) // t))
+        claim = torch.zeros(t, dtype=torch.int32, device=q.device)
+        module._rowclaim_kernel[(t, per_row)](
+            q, w, cache.storage, table, req, pos,
+            c.view(torch.uint8) if cand is not None else req,
+            out.view(torch.int16) if out.dtype == torch.bfloat16 else out,
+            gmax if gmax is not None else req, paths, claim,
+            ratio, entry_base, n, q.stride(0), q.stride(1), w.stride(0),
+            table.shape[0], table.shape[1], table.stride(0), cache.num_pages,
+            cache.page_stride,
+            c.stride(0) if cand is not None else 0, cand.shape[1] if cand is not None else 0,
+            out.stride(0), gmax.stride(0) if gmax is not None else 0, paths.stride(0),
+            n_spans, spans,
+            HI=hi, HI_PAD=max(16, 1 << (hi - 1).bit_length()), PAGE_SIZE=cache.page_size,
+            HAS_CAND=cand is not None, OUT_BF16=out.dtype == torch.bfloat16,
+            HAS_GMAX=gmax is not None, STAGES=pk.PAIRS_STAGES,
+            num_warps=pk.PAIRS_NUM_WARPS, maxnreg=ROWCLAIM_MAXNREG,
+        )  # fmt: skip
+        launch_pairs.claim = claim  # type: ignore[attr-defined]
+        return paths
     g = min(programs or sms, n_spans)
     claim = torch.zeros(g + g * extra, dtype=torch.int32, device=q.device)
-    c = cand if cand is not None else out
     module._pairs_kernel[(g,)](
         q, w, cache.storage, table, req, pos,
         c.view(torch.uint8) if cand is not None else req,
@@ -194,7 +223,10 @@ def main() -> None:
     ap.add_argument("--sizes", default=",".join(f"{t}x{c}" for t, c in SIZES))
     ap.add_argument("--json", default=None)
     ap.add_argument("--once", default=None, help="ROWSxCONTEXT[xPROGRAMS]: one launch, bits")
+    ap.add_argument("--kernel", choices=("pairs", "rowclaim"), default="pairs")
     a = ap.parse_args()
+    global KERNEL
+    KERNEL = a.kernel
     dev = torch.device("cuda")
     if a.once:
         once(a.once)
@@ -214,7 +246,7 @@ def main() -> None:
         same = torch.equal(_bits(ref), _bits(out)) and torch.equal(gm_r, gm_o)
         line: dict[str, object] = {"rows": t, "context": ctx, "bitwise": same}
         for name, fn in (("production", partial(gl_launch.launch_gluon_logits, *args, ref)),
-                         ("pairs", partial(launch_pairs, *args, out))):  # fmt: skip
+                         ("lab", partial(launch_pairs, *args, out))):  # fmt: skip
             bench.LAUNCH_HIDDEN = False
             line[name] = bench._time(fn, dev, a.iters) * 1e3
             bench.LAUNCH_HIDDEN = True
@@ -225,10 +257,10 @@ def main() -> None:
         torch.cuda.empty_cache()
     report["timings"] = timings
     print("\nlogits us, CUDA-graph median (launch hidden); TB/s of key bytes hidden")
-    print(f"{'rows x context':>16} {'production':>16} {'pairs':>16} {'ratio':>6} {'TB/s':>11} bits")
+    print(f"{'rows x context':>16} {'production':>16} {KERNEL:>16} {'ratio':>6} {'TB/s':>11} bits")
     for r in timings:
         nb = r["rows"] * r["context"] * 68  # type: ignore[operator]
-        p, ph, n, nh = r["production"], r["production_hidden"], r["pairs"], r["pairs_hidden"]
+        p, ph, n, nh = r["production"], r["production_hidden"], r["lab"], r["lab_hidden"]
         print(
             f"{r['rows']:>6} x {r['context']:>7} {p:7.1f} ({ph:7.1f}) {n:7.1f} ({nh:7.1f}) "  # type: ignore[str-format]
             f"{nh / ph:6.3f} {nb / ph / 1e6:5.2f}/{nb / nh / 1e6:5.2f} {r['bitwise']}"
