@@ -500,6 +500,8 @@ def _pairs_kernel(
     # per pair: the pages of its span's tiles (`_program_pages`)
     page_smem = gl.allocate_shared_memory(gl.int32, [NP * SPAN, 1], plain1)
     # this program's span counter starts at 0 before any pair takes a span
+    # (the branch uses the exchange's result, so thread 0 waits for it before the barrier and
+    # no pair's increment can reach the counter first)
     old = _cta_reset(claim_ptr + gl.program_id(0))
     if old == -123456789:
         fence_async_shared()

@@ -193,8 +193,7 @@ def once(spec: str) -> None:
     dims = [int(v) for v in spec.split(":")[0].split("x")]
     t, ctx = dims[0], dims[1]
     dev = torch.device("cuda")
-    q, w, cache, table, req, pos, _ratio = timeline.bench_inputs(t, ctx)
-    args = (q, w, cache, table, req, pos, 1)
+    args = timeline.bench_inputs(t, ctx)
     ref = torch.full((t, ctx), float("nan"), device=dev)
     out = torch.full((t, ctx), float("nan"), device=dev)
     gl_launch.launch_gluon_logits(*args, ref)
@@ -235,12 +234,11 @@ def main() -> None:
     timings = []
     for spec in a.sizes.split(","):
         t, ctx = (int(v) for v in spec.split("x"))
-        q, w, cache, table, req, pos, _ratio = timeline.bench_inputs(t, ctx)
+        args = timeline.bench_inputs(t, ctx)
         ref = torch.full((t, ctx), float("nan"), device=dev)
         out = torch.full((t, ctx), float("nan"), device=dev)
         gm_r = torch.zeros(t, ctx // 64, dtype=torch.int32, device=dev)
         gm_o = torch.ones(t, ctx // 64, dtype=torch.int32, device=dev)
-        args = (q, w, cache, table, req, pos, 1)
         gl_launch.launch_gluon_logits(*args, ref, gmax=gm_r)
         launch_pairs(*args, out, gmax=gm_o)
         same = torch.equal(_bits(ref), _bits(out)) and torch.equal(gm_r, gm_o)
@@ -253,7 +251,7 @@ def main() -> None:
             line[name + "_hidden"] = bench._time(fn, dev, a.iters) * 1e3
         timings.append(line)
         print(json.dumps(line), flush=True)
-        del cache, table, ref, out, q, w
+        del args, ref, out
         torch.cuda.empty_cache()
     report["timings"] = timings
     print("\nlogits us, CUDA-graph median (launch hidden); TB/s of key bytes hidden")
