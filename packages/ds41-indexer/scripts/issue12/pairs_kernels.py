@@ -22,15 +22,16 @@ meets) and after the general path, which uses the query buffers.
 Measured on the H200 (BENCHMARKS.md, issue 12, twenty-first session): bitwise the production
 kernel, but slower at 64 x 32K (production 68 us): 130 us with the consumers first and their
 loop unrolled by the ring's 4 stages, 145 us with the producers as the oldest warps (as here),
-88 us with the loop not unrolled (as here, CONSUMER_UNROLL = 1). Each pair's partition is its
+88 us with the loop not unrolled (as here: UNROLL 1). Each pair's partition is its
 own copy of the code, and four copies of the unrolled consumer body (~13 KB each) overflow
 the SM's instruction cache. Not adopted; kept as the record of the design.
 
 `_rowclaim_kernel` (prepared, not yet run on a GPU): the same producer and consumer as one pair
 a program in the production layout (programs (t, j), four an SM running one copy of the code),
-taking row t's spans from a per-row counter that the launcher zeroes. Offline for sm_90a: 8
+taking row t's spans from a per-row counter that the launcher zeroes (the launcher passes
+n_spans = -1 to say so). Offline for sm_90a: 8
 warps, 33.9 KB of shared memory, the consumer's 4-tile loop 867 instructions (production 845),
-the producer's tile loop 133, spills only per span.
+the producer's tile loop 154, spills only per span.
 `benchmarks/results/lead_s22_prepared_rowclaim.sh` measures it.
 """
 
@@ -70,9 +71,6 @@ PAIRS_STAGES = 4
 # loaded / last tile issued; globaltimer ns, low 32 bits) after the counters in claim_ptr
 PAIR_STAMPS = gl.constexpr(False)
 STAMP_SPANS = gl.constexpr(40)
-# tiles a consumer loop iteration (each pair's consumer is its own copy of the code, so four
-# copies of a 4-tile body, ~13 KB each, compete for the SM's instruction caches)
-CONSUMER_UNROLL = gl.constexpr(1)
 PAIRS_NUM_WARPS = 4
 
 
@@ -218,7 +216,7 @@ def _pp_finish(gp, tl, sw, pbad, c_first, lim, meta, fac_smem, mult_smem, meta_s
 
 @gluon.jit
 def _pair_producer(a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty, page_smem,
-                   P: gl.constexpr, PAGE_SIZE: gl.constexpr, ROW_CLAIM: gl.constexpr,
+                   P: gl.constexpr, PAGE_SIZE: gl.constexpr,
                    STAGES: gl.constexpr):  # fmt: skip
     (
         _q_ptr,
@@ -251,14 +249,14 @@ def _pair_producer(a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty, p
         n_spans,
         spans_per_row,
     ) = a
-    if ROW_CLAIM:
-        # `_rowclaim_kernel`: program (t, j) takes spans of row t from row t's counter
+    # n_spans < 0 (`_rowclaim_kernel`): program (t, j) takes the spans of row t from row t's
+    # counter; else program g the spans of its range from its own (a constexpr flag here
+    # crashed the Gluon compiler's coalescing pass on the eight-partition kernel)
+    lo, hi = _range_of(n_spans)
+    if n_spans < 0:
         lo = gl.program_id(0).to(gl.int64) * spans_per_row
         hi = lo + spans_per_row
-        cnt = claim_ptr + gl.program_id(0)
-    else:
-        lo, hi = _range_of(n_spans)
-        cnt = claim_ptr + gl.program_id(0)
+    cnt = claim_ptr + gl.program_id(0)
     dl: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [1, 1], [1, 0])
     kl: gl.constexpr = gl.BlockedLayout([2, 4], [32, 1], [1, 1], [1, 0])
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, dl))
@@ -511,31 +509,33 @@ def _pairs_kernel(
          path_ptr, claim_ptr, ratio, entry_base, n_cols, q_stride_t, q_stride_h, w_stride_t,
          n_req, bt_cols, bt_stride_r, num_pages, page_stride, cand_stride_t, cand_cols,
          out_stride_t, gmax_stride_t, path_stride_t, n_spans, spans_per_row)  # fmt: skip
-    # the producers first (warps 4-7, after the idle default partition), so schedulers that
+    # the consumers' loops are not unrolled (UNROLL 1): each pair's consumer is its own copy of
+    # the code, and four copies of a 4-tile body (~13 KB each) overflow the instruction cache.
+    # The producers come first (warps 4-7, after the idle default partition), so schedulers that
     # favour older warps do not starve them behind the consumers
     gl.warp_specialize(
         [
             (_idle, ()),
             (_pair_producer, (a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty,
-                              page_smem, 0, PAGE_SIZE, STAGES, False)),
+                              page_smem, 0, PAGE_SIZE, STAGES)),
             (_pair_producer, (a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty,
-                              page_smem, 1, PAGE_SIZE, STAGES, False)),
+                              page_smem, 1, PAGE_SIZE, STAGES)),
             (_pair_producer, (a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty,
-                              page_smem, 2, PAGE_SIZE, STAGES, False)),
+                              page_smem, 2, PAGE_SIZE, STAGES)),
             (_pair_producer, (a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty,
-                              page_smem, 3, PAGE_SIZE, STAGES, False)),
+                              page_smem, 3, PAGE_SIZE, STAGES)),
             (_pair_consumer, (a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem,
                               ready, empty, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
-                              HAS_GMAX, STAGES, 0, CONSUMER_UNROLL)),
+                              HAS_GMAX, STAGES, 0, 1)),
             (_pair_consumer, (a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem,
                               ready, empty, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
-                              HAS_GMAX, STAGES, 1, CONSUMER_UNROLL)),
+                              HAS_GMAX, STAGES, 1, 1)),
             (_pair_consumer, (a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem,
                               ready, empty, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
-                              HAS_GMAX, STAGES, 2, CONSUMER_UNROLL)),
+                              HAS_GMAX, STAGES, 2, 1)),
             (_pair_consumer, (a, data_smem, fac_smem, mult_smem, meta_smem, q_smem, q2_smem,
                               ready, empty, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
-                              HAS_GMAX, STAGES, 3, CONSUMER_UNROLL)),
+                              HAS_GMAX, STAGES, 3, 1)),
         ],
         [1, 1, 1, 1, 4, 4, 4, 4],
         [PRODUCER_REGS, PRODUCER_REGS, PRODUCER_REGS, PRODUCER_REGS, CONSUMER_REGS,
@@ -587,7 +587,7 @@ def _rowclaim_kernel(
                               ready, empty, HI, HI_PAD, PAGE_SIZE, HAS_CAND, OUT_BF16,
                               HAS_GMAX, STAGES, 0, STAGES)),
             (_pair_producer, (a, data_smem, fac_smem, mult_smem, meta_smem, ready, empty,
-                              page_smem, 0, PAGE_SIZE, STAGES, True)),
+                              page_smem, 0, PAGE_SIZE, STAGES)),
         ],
         [1],
         [PRODUCER_REGS],

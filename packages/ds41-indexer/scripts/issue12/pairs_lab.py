@@ -68,7 +68,7 @@ def launch_pairs(q, w, cache, table, req, pos, ratio, out, cand=None, *, gmax=No
             cache.page_stride,
             c.stride(0) if cand is not None else 0, cand.shape[1] if cand is not None else 0,
             out.stride(0), gmax.stride(0) if gmax is not None else 0, paths.stride(0),
-            n_spans, spans,
+            -1, spans,  # n_spans < 0: the spans of each program's row
             HI=hi, HI_PAD=max(16, 1 << (hi - 1).bit_length()), PAGE_SIZE=cache.page_size,
             HAS_CAND=cand is not None, OUT_BF16=out.dtype == torch.bfloat16,
             HAS_GMAX=gmax is not None, STAGES=pk.PAIRS_STAGES,
