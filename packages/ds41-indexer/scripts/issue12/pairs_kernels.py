@@ -26,13 +26,16 @@ loop unrolled by the ring's 4 stages, 145 us with the producers as the oldest wa
 own copy of the code, and four copies of the unrolled consumer body (~13 KB each) overflow
 the SM's instruction cache. Not adopted; kept as the record of the design.
 
-`_rowclaim_kernel` (prepared, not yet run on a GPU): the same producer and consumer as one pair
-a program in the production layout (programs (t, j), four an SM running one copy of the code),
-taking row t's spans from a per-row counter that the launcher zeroes (the launcher passes
-n_spans = -1 to say so). Offline for sm_90a: 8
-warps, 33.9 KB of shared memory, the consumer's 4-tile loop 867 instructions (production 845),
-the producer's tile loop 154, spills only per span.
-`benchmarks/results/lead_s22_prepared_rowclaim.sh` measures it.
+`_rowclaim_kernel` (measured in the twenty-second session, not adopted): the same producer and
+consumer as one pair a program in the production layout (programs (t, j), four an SM running
+one copy of the code), taking row t's spans from a per-row counter that the launcher zeroes
+(the launcher passes n_spans = -1 to say so). Offline for sm_90a: 8 warps, 33.9 KB of shared
+memory, the consumer's 4-tile loop 867 instructions (production 845), the producer's tile loop
+154, spills only per span. On the H200 (`benchmarks/results/lead_s22_call1.sh`): bitwise the
+production kernel on every scenario and size, 4-22% slower at every size (64 x 32K 75.8 us
+against 68.0 with the launch hidden). Likely causes, not measured apart: each claimed span
+starts by loading its row's state and its 16 pages while the ring drains, and a span (16
+tiles, the path decision's unit) is too coarse to even out the SMs' ends.
 """
 
 from triton.experimental import gluon

@@ -1,7 +1,8 @@
 """Issue 12, twenty-first session: the lab kernels of `pairs_kernels.py` against the production
 Gluon logits kernel on one H200. `--kernel pairs` (measured): one program an SM of four
-producer/consumer pairs taking spans as they come. `--kernel rowclaim` (prepared, not yet run
-on a GPU): the production layout whose programs take their row's spans from a per-row counter.
+producer/consumer pairs taking spans as they come. `--kernel rowclaim` (measured in the
+twenty-second session): the production layout whose programs take their row's spans from a
+per-row counter.
 
 Checks first, bitwise against the production kernel (logits, group maxima, each span's path):
 the Gluon tests' scenarios (`tests/test_gluon_logits.py`: mixed requests with padding rows,
@@ -37,9 +38,8 @@ SIZES = ((64, 32768), (32, 32768), (256, 32768), (8, 131072), (64, 131072), (256
          (64, 1048576), (256, 1048576))  # fmt: skip
 PAIRS_MAXNREG = 80
 PAIRS_CONSUMER_REGS = 104
-# `--kernel`: "pairs" (`_pairs_kernel`, one program an SM) or "rowclaim" (`_rowclaim_kernel`,
-# prepared in the twenty-first session, not yet measured: the production layout with per-row
-# span counters)
+# `--kernel`: "pairs" (`_pairs_kernel`, one program an SM) or "rowclaim" (`_rowclaim_kernel`:
+# the production layout with per-row span counters)
 KERNEL = "pairs"
 ROWCLAIM_MAXNREG = 64  # as the production kernel: 4 programs an SM, the consumer at 104
 

@@ -105,13 +105,19 @@ def _add_waits(src: str) -> str:
     return src
 
 
-def lab_source(waits: bool = False) -> str:
-    """The production kernel's source with the stamps added (same arithmetic); with `waits`,
-    the cycle counters of `_add_waits` too."""
+def production_source() -> str:
+    """The text of the production Gluon logits kernel's module."""
     from ds41_indexer.ops.logits import gluon_kernels
 
     with open(gluon_kernels.__file__) as f:
-        src = f.read()
+        return f.read()
+
+
+def lab_source(waits: bool = False, src: str | None = None) -> str:
+    """The production kernel's source (or `src`, an edited copy of it) with the stamps added
+    (same arithmetic); with `waits`, the cycle counters of `_add_waits` too."""
+    if src is None:
+        src = production_source()
     s = STAMPS.index
     src = _edit(src, "\n\n@gluon.constexpr_function\ndef _raw_layout():",
                 STAMP_FN + "@gluon.constexpr_function\ndef _raw_layout():")  # fmt: skip
@@ -157,14 +163,16 @@ def lab_source(waits: bool = False) -> str:
     return _add_waits(src) if waits else src
 
 
-def lab_module(waits: bool = False) -> tuple[ModuleType, str]:
-    path = os.path.join(tempfile.mkdtemp(prefix="ds41_timeline_"), "timeline_kernels.py")
+def lab_module(waits: bool = False, src: str | None = None,
+               name: str = "timeline_kernels") -> tuple[ModuleType, str]:  # fmt: skip
+    """The module of `src` (default: `lab_source(waits)`) written to a temporary file."""
+    path = os.path.join(tempfile.mkdtemp(prefix="ds41_timeline_"), name + ".py")
     with open(path, "w") as f:
-        f.write(lab_source(waits))
-    spec = importlib.util.spec_from_file_location("timeline_kernels", path)
+        f.write(lab_source(waits) if src is None else src)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["timeline_kernels"] = mod
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod, path
 

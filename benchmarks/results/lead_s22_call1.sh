@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-first session for the next (issue 12), not yet run: the rowclaim lab
+# Twenty-second session, call 1 (issue 12; prepared in the twenty-first session): the rowclaim lab
 # kernel (packages/ds41-indexer/scripts/issue12/pairs_kernels.py `_rowclaim_kernel`: the
 # production layout, programs taking their row's spans from a per-row counter) against the
 # production kernel: bits on the Gluon tests' scenarios and the bench's caches, then times
 # (the counters' zeroing included). A short first run first, so a hang costs 100 s.
-# Expected from a fluid model of the twenty-first session's rates: 2-5% at 64 x 32K, uncertain.
+# Expected 2-5% at 64 x 32K from a fluid model; measured 4-22% slower at every size (same bits).
 # Carry [".whl"].
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null
