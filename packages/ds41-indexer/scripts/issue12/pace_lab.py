@@ -173,36 +173,6 @@ def compile_offline() -> None:
         gluon7_sass.main()
 
 
-def launch_lab(mod: ModuleType, args: tuple, out, pace, variant, stamps=None):  # type: ignore[no-untyped-def]
-    """The lab kernel with the production launcher's arguments (logits only, fp32 out)."""
-    import torch
-
-    from ds41_indexer import bench
-    from ds41_indexer.ops.logits import gluon_kernels as gk
-    from ds41_indexer.ops.logits import gluon_launch as gl_launch
-    from ds41_indexer.ops.logits.triton_kernels import TILE
-
-    q, w, cache, table, req, pos, ratio = args
-    t, ctx = out.shape
-    spans = -(-ctx // (TILE[0] * TILE[1]))
-    cfg = gl_launch.gluon_config(t, spans)
-    grid = (t, -(-ctx // (TILE[0] * cfg[1])))
-    paths = torch.empty((t, spans), dtype=torch.int8, device=q.device)
-    extra = (stamps,) if stamps is not None else ()
-    mod._gluon_logits_kernel[grid](
-        q, w, cache.storage, table, req, pos, req, out, req, paths, *extra,
-        ratio, 0, ctx, q.stride(0), q.stride(1), w.stride(0),
-        table.shape[0], table.shape[1], table.stride(0),
-        cache.num_pages, cache.page_stride, 0, 0,
-        out.stride(0), 0, paths.stride(0), spans, pace, *variant,
-        HI=bench.HI, HI_PAD=bench.HI, PAGE_SIZE=cache.page_size, HAS_CAND=False,
-        OUT_BF16=False, HAS_GMAX=False, STAGES=gk.GLUON_STAGES, TILES=cfg[1],
-        NC=cfg[0], CONSUMER_REGS=gk.GLUON_CONSUMER_REGS,
-        num_warps=gk.GLUON_NUM_WARPS, maxnreg=gk.GLUON_MAXNREG,
-    )  # fmt: skip
-    return grid
-
-
 def end_ranks(raw: list[list[int]]) -> dict[str, object]:
     """The programs' end (c_end, us from the launch's first stamp) by their rank on their SM
     (by start), averaged over the SMs that ran 4 and 3 programs; the last end."""
@@ -246,7 +216,7 @@ def run(sizes: list[tuple[int, int]], iters: int, variants: list[tuple[str, int,
         row["production"] = bench._time(fn, dev, iters) * 1e3
         for v in variants:
             out = torch.full((t, ctx), float("nan"), device=dev)
-            lab = partial(launch_lab, mods[v[0]], args, out, pace, v[1:])
+            lab = partial(timeline.launch_lab_copy, mods[v[0]], args, out, (pace, *v[1:]))
             lab()
             torch.cuda.synchronize()
             key = "lab {}:{}/{}/{}".format(*v)
@@ -261,7 +231,7 @@ def run(sizes: list[tuple[int, int]], iters: int, variants: list[tuple[str, int,
                 progs = t * -(-ctx // (64 * gl_launch.gluon_config(t, -(-ctx // 1024))[1]))
                 st = torch.zeros(progs, 16, dtype=torch.int64, device=dev)
                 for _ in range(3):
-                    launch_lab(mods["s"], args, out, pace, v[1:], stamps=st)
+                    timeline.launch_lab_copy(mods["s"], args, out, (pace, *v[1:]), stamps=st)
                 torch.cuda.synchronize()
                 key = "stamps {}:{}/{}/{}".format(*v)
                 row[key] = end_ranks(st.cpu().tolist())
@@ -273,21 +243,6 @@ def run(sizes: list[tuple[int, int]], iters: int, variants: list[tuple[str, int,
         del args, ref
         torch.cuda.empty_cache()
     return report
-
-
-def _print(rep: list[dict[str, object]]) -> None:
-    print("\nlogits us, CUDA-graph median, launch hidden (lab kind:mask/slack/ns; bits; TB/s)")
-    for r in rep:
-        nb = r["rows"] * r["context"] * 68  # type: ignore[operator]
-        p = float(r["production"])  # type: ignore[arg-type]
-        print(f"{r['rows']} x {r['context']}: production {p:.1f} "
-              f"({nb / p / 1e6:.2f} TB/s), again {r['production again']:.1f}")  # fmt: skip
-        for k, v in r.items():
-            if k.startswith("lab ") and isinstance(v, float):
-                ok = r[k + " bitwise"] and r[k + " counters zero"]
-                print(f"   {k:22s} {v:7.1f}  x{v / p:.3f}  {nb / v / 1e6:.2f} TB/s  ok {ok}")
-            if k.startswith("stamps "):
-                print(f"   {k}: {v}")
 
 
 def main() -> None:
@@ -306,7 +261,7 @@ def main() -> None:
         sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
         variants = [(v[0], *(int(x) for x in v[2:].split("/"))) for v in a.variants.split(",") if v]
         rep = run(sizes, a.iters, variants or list(VARIANTS), a.stamps)  # type: ignore[arg-type]
-        _print(rep)
+        timeline.print_lab_table(rep, "kind:mask/slack/ns", (" bitwise", " counters zero"))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(rep, f, indent=1)

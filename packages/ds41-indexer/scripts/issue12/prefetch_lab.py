@@ -105,34 +105,6 @@ def compile_offline() -> None:
     gluon7_sass.main()
 
 
-def launch_lab(mod: ModuleType, args: tuple, out, variant):  # type: ignore[no-untyped-def]
-    """The lab kernel with the production launcher's arguments (logits only, fp32 out)."""
-    import torch
-
-    from ds41_indexer import bench
-    from ds41_indexer.ops.logits import gluon_kernels as gk
-    from ds41_indexer.ops.logits import gluon_launch as gl_launch
-    from ds41_indexer.ops.logits.triton_kernels import TILE
-
-    q, w, cache, table, req, pos, ratio = args
-    t, ctx = out.shape
-    spans = -(-ctx // (TILE[0] * TILE[1]))
-    cfg = gl_launch.gluon_config(t, spans)
-    grid = (t, -(-ctx // (TILE[0] * cfg[1])))
-    paths = torch.empty((t, spans), dtype=torch.int8, device=q.device)
-    mod._gluon_logits_kernel[grid](
-        q, w, cache.storage, table, req, pos, req, out, req, paths,
-        ratio, 0, ctx, q.stride(0), q.stride(1), w.stride(0),
-        table.shape[0], table.shape[1], table.stride(0),
-        cache.num_pages, cache.page_stride, 0, 0,
-        out.stride(0), 0, paths.stride(0), spans, *variant,
-        HI=bench.HI, HI_PAD=bench.HI, PAGE_SIZE=cache.page_size, HAS_CAND=False,
-        OUT_BF16=False, HAS_GMAX=False, STAGES=gk.GLUON_STAGES, TILES=cfg[1],
-        NC=cfg[0], CONSUMER_REGS=gk.GLUON_CONSUMER_REGS,
-        num_warps=gk.GLUON_NUM_WARPS, maxnreg=gk.GLUON_MAXNREG,
-    )  # fmt: skip
-
-
 def run(sizes: list[tuple[int, int]], iters: int,
         variants: list[tuple[int, int]]) -> list[dict[str, object]]:  # fmt: skip
     import torch
@@ -156,7 +128,7 @@ def run(sizes: list[tuple[int, int]], iters: int,
         row["production"] = bench._time(fn, dev, iters) * 1e3
         for v in variants:
             out = torch.full((t, ctx), float("nan"), device=dev)
-            lab = partial(launch_lab, mods[stride], args, out, v)
+            lab = partial(timeline.launch_lab_copy, mods[stride], args, out, v)
             lab()
             torch.cuda.synchronize()
             key = "lab {}/{}".format(*v)
@@ -168,19 +140,6 @@ def run(sizes: list[tuple[int, int]], iters: int,
         del args, ref
         torch.cuda.empty_cache()
     return report
-
-
-def _print(rep: list[dict[str, object]]) -> None:
-    print("\nlogits us, CUDA-graph median, launch hidden (lab mask/dist; bits; TB/s)")
-    for r in rep:
-        nb = r["rows"] * r["context"] * 68  # type: ignore[operator]
-        p = float(r["production"])  # type: ignore[arg-type]
-        print(f"{r['rows']} x {r['context']}: production {p:.1f} "
-              f"({nb / p / 1e6:.2f} TB/s), again {r['production again']:.1f}")  # fmt: skip
-        for k, v in r.items():
-            if k.startswith("lab ") and isinstance(v, float):
-                print(f"   {k:12s} {v:7.1f}  x{v / p:.3f}  {nb / v / 1e6:.2f} TB/s  "
-                      f"bits {r[k + ' bitwise']}")  # fmt: skip
 
 
 def main() -> None:
@@ -198,7 +157,7 @@ def main() -> None:
         sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
         variants = [tuple(int(x) for x in v.split("/")) for v in a.variants.split(",") if v]
         rep = run(sizes, a.iters, variants or list(VARIANTS))  # type: ignore[arg-type]
-        _print(rep)
+        timeline.print_lab_table(rep, "mask/dist", (" bitwise",))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(rep, f, indent=1)

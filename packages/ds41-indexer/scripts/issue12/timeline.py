@@ -235,6 +235,56 @@ def bench_inputs(t: int, ctx: int, hot: bool = False):  # type: ignore[no-untype
     return q, w, cache, table, req, pos, 1
 
 
+def launch_lab_copy(mod: ModuleType, args: tuple, out, tail: tuple = (), stamps=None):  # type: ignore[no-untyped-def]
+    """`_gluon_logits_kernel` of a lab copy `mod` with the production launcher's arguments for
+    `bench_inputs`' `args` (logits only, fp32 `out` [T, N], no group maxima, the launcher's
+    program shape), the stamp buffer after path_ptr when given, and the copy's own runtime
+    arguments `tail` after path_cols. Returns the grid."""
+    import torch
+
+    from ds41_indexer import bench
+    from ds41_indexer.ops.logits import gluon_kernels as gk
+    from ds41_indexer.ops.logits import gluon_launch as gl_launch
+    from ds41_indexer.ops.logits.triton_kernels import TILE
+
+    q, w, cache, table, req, pos, ratio = args
+    t, ctx = out.shape
+    spans = -(-ctx // (TILE[0] * TILE[1]))
+    cfg = gl_launch.gluon_config(t, spans)
+    grid = (t, -(-ctx // (TILE[0] * cfg[1])))
+    paths = torch.empty((t, spans), dtype=torch.int8, device=q.device)
+    extra = (stamps,) if stamps is not None else ()
+    mod._gluon_logits_kernel[grid](
+        q, w, cache.storage, table, req, pos, req, out, req, paths, *extra,
+        ratio, 0, ctx, q.stride(0), q.stride(1), w.stride(0),
+        table.shape[0], table.shape[1], table.stride(0),
+        cache.num_pages, cache.page_stride, 0, 0,
+        out.stride(0), 0, paths.stride(0), spans, *tail,
+        HI=bench.HI, HI_PAD=bench.HI, PAGE_SIZE=cache.page_size, HAS_CAND=False,
+        OUT_BF16=False, HAS_GMAX=False, STAGES=gk.GLUON_STAGES, TILES=cfg[1],
+        NC=cfg[0], CONSUMER_REGS=gk.GLUON_CONSUMER_REGS,
+        num_warps=gk.GLUON_NUM_WARPS, maxnreg=gk.GLUON_MAXNREG,
+    )  # fmt: skip
+    return grid
+
+
+def print_lab_table(rep: list[dict[str, object]], settings: str, checks: tuple[str, ...]) -> None:
+    """The lab labs' table: per size, the production kernel's time and TB/s, then each `lab
+    SETTING` row's time, ratio, TB/s and whether its `checks` (key suffixes) all hold."""
+    print(f"\nlogits us, CUDA-graph median, launch hidden (lab {settings}; checks; TB/s)")
+    for r in rep:
+        nb = r["rows"] * r["context"] * 68  # type: ignore[operator]
+        p = float(r["production"])  # type: ignore[arg-type]
+        print(f"{r['rows']} x {r['context']}: production {p:.1f} "
+              f"({nb / p / 1e6:.2f} TB/s), again {r['production again']:.1f}")  # fmt: skip
+        for k, v in r.items():
+            if k.startswith("lab ") and isinstance(v, float):
+                ok = all(r[k + c] for c in checks)
+                print(f"   {k:22s} {v:7.1f}  x{v / p:.3f}  {nb / v / 1e6:.2f} TB/s  ok {ok}")
+            if k.startswith("stamps "):
+                print(f"   {k}: {v}")
+
+
 def _one_size(lab: ModuleType, t: int, ctx: int, iters: int, configs: list[tuple[int, int]],
               stamp_config: tuple[int, int] | None, hot: bool,
               waits: bool) -> dict[str, object]:  # fmt: skip
