@@ -38,6 +38,7 @@ from types import ModuleType
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import timeline  # noqa: E402
+from timeline import _edit  # noqa: E402
 
 PACE_SLOTS = 1024  # one int32 word for each %smid (below %nsmid, which may exceed the SMs)
 # (kind, mask, slack, ns); kind "d": the SM's word read at a checkpoint and used at the next,
@@ -89,10 +90,6 @@ def _sleep_if(excess, ns):
         "=r,r,r", [excess, ns], dtype=gl.int32, is_pure=False, pack=1)
 
 """
-
-
-def _edit(src: str, old: str, new: str, count: int = 1) -> str:
-    return timeline._edit(src, old, new, count)
 
 
 def paced_source(src: str | None = None, deferred: bool = True) -> str:
@@ -199,37 +196,28 @@ def run(sizes: list[tuple[int, int]], iters: int, variants: list[tuple[str, int,
         stamps: bool) -> list[dict[str, object]]:  # fmt: skip
     import torch
 
-    from ds41_indexer import bench
-    from ds41_indexer.ops.logits import gluon_launch as gl_launch
-
     dev = torch.device("cuda")
     mods = modules()
     pace = torch.zeros(PACE_SLOTS, dtype=torch.int32, device=dev)
+
+    def counters_zero(key: str, row: dict[str, object]) -> None:
+        row[key + " counters zero"] = not bool(pace.any())
+        pace.zero_()
+
     report = []
     for t, ctx in sizes:
         args = timeline.bench_inputs(t, ctx)
         ref = torch.full((t, ctx), float("nan"), device=dev)
-        gl_launch.launch_gluon_logits(*args, ref)
+        labs = [("lab {}:{}/{}/{}".format(*v),
+                 partial(timeline.launch_lab_copy, mods[v[0]], args, tail=(pace, *v[1:])))
+                for v in variants]  # fmt: skip
         row: dict[str, object] = {"rows": t, "context": ctx}
-        fn = partial(gl_launch.launch_gluon_logits, *args, ref)
-        bench.LAUNCH_HIDDEN = True
-        row["production"] = bench._time(fn, dev, iters) * 1e3
-        for v in variants:
-            out = torch.full((t, ctx), float("nan"), device=dev)
-            lab = partial(timeline.launch_lab_copy, mods[v[0]], args, out, (pace, *v[1:]))
-            lab()
-            torch.cuda.synchronize()
-            key = "lab {}:{}/{}/{}".format(*v)
-            row[key + " bitwise"] = torch.equal(out.view(torch.int32), ref.view(torch.int32))
-            row[key] = bench._time(lab, dev, iters) * 1e3
-            row[key + " counters zero"] = not bool(pace.any())
-            pace.zero_()
-        row["production again"] = bench._time(fn, dev, iters) * 1e3
+        row.update(timeline.time_variants(args, ref, iters, labs, counters_zero))
         if stamps:
+            _spans, _cfg, grid = timeline.lab_shape(t, ctx)
             for v in STAMPED:
                 out = torch.full((t, ctx), float("nan"), device=dev)
-                progs = t * -(-ctx // (64 * gl_launch.gluon_config(t, -(-ctx // 1024))[1]))
-                st = torch.zeros(progs, 16, dtype=torch.int64, device=dev)
+                st = torch.zeros(grid[0] * grid[1], 16, dtype=torch.int64, device=dev)
                 for _ in range(3):
                     timeline.launch_lab_copy(mods["s"], args, out, (pace, *v[1:]), stamps=st)
                 torch.cuda.synchronize()

@@ -109,32 +109,19 @@ def run(sizes: list[tuple[int, int]], iters: int,
         variants: list[tuple[int, int]]) -> list[dict[str, object]]:  # fmt: skip
     import torch
 
-    from ds41_indexer import bench
-    from ds41_indexer.ops.logits import gluon_launch as gl_launch
-
     dev = torch.device("cuda")
     mods: dict[int, ModuleType] = {}
     report = []
-    bench.LAUNCH_HIDDEN = True
     for t, ctx in sizes:
         args = timeline.bench_inputs(t, ctx)
         stride = args[2].page_stride
         if stride not in mods:
             mods[stride] = timeline.lab_module(src=lab_source(stride), name=f"pf_{stride}")[0]
         ref = torch.full((t, ctx), float("nan"), device=dev)
-        gl_launch.launch_gluon_logits(*args, ref)
+        labs = [("lab {}/{}".format(*v), partial(timeline.launch_lab_copy, mods[stride], args,
+                                                  tail=v)) for v in variants]  # fmt: skip
         row: dict[str, object] = {"rows": t, "context": ctx, "page_stride": stride}
-        fn = partial(gl_launch.launch_gluon_logits, *args, ref)
-        row["production"] = bench._time(fn, dev, iters) * 1e3
-        for v in variants:
-            out = torch.full((t, ctx), float("nan"), device=dev)
-            lab = partial(timeline.launch_lab_copy, mods[stride], args, out, v)
-            lab()
-            torch.cuda.synchronize()
-            key = "lab {}/{}".format(*v)
-            row[key + " bitwise"] = torch.equal(out.view(torch.int32), ref.view(torch.int32))
-            row[key] = bench._time(lab, dev, iters) * 1e3
-        row["production again"] = bench._time(fn, dev, iters) * 1e3
+        row.update(timeline.time_variants(args, ref, iters, labs))
         report.append(row)
         print(json.dumps(row), flush=True)
         del args, ref

@@ -235,23 +235,31 @@ def bench_inputs(t: int, ctx: int, hot: bool = False):  # type: ignore[no-untype
     return q, w, cache, table, req, pos, 1
 
 
-def launch_lab_copy(mod: ModuleType, args: tuple, out, tail: tuple = (), stamps=None):  # type: ignore[no-untyped-def]
+def lab_shape(t: int, ctx: int, cfg: tuple[int, int] | None = None):  # type: ignore[no-untyped-def]
+    """(spans a row, program shape (consumers, tiles), grid) of a `t` x `ctx` logits launch:
+    the production launcher's shape, or `cfg`."""
+    from ds41_indexer.ops.logits import gluon_launch as gl_launch
+    from ds41_indexer.ops.logits.triton_kernels import TILE
+
+    spans = -(-ctx // (TILE[0] * TILE[1]))
+    cfg = cfg or gl_launch.gluon_config(t, spans)
+    return spans, cfg, (t, -(-ctx // (TILE[0] * cfg[1])))
+
+
+def launch_lab_copy(mod: ModuleType, args: tuple, out, tail: tuple = (), stamps=None,  # type: ignore[no-untyped-def]
+                    cfg: tuple[int, int] | None = None):  # fmt: skip
     """`_gluon_logits_kernel` of a lab copy `mod` with the production launcher's arguments for
     `bench_inputs`' `args` (logits only, fp32 `out` [T, N], no group maxima, the launcher's
-    program shape), the stamp buffer after path_ptr when given, and the copy's own runtime
-    arguments `tail` after path_cols. Returns the grid."""
+    program shape or `cfg`), the stamp buffer after path_ptr when given, and the copy's own
+    runtime arguments `tail` after path_cols. Returns the grid."""
     import torch
 
     from ds41_indexer import bench
     from ds41_indexer.ops.logits import gluon_kernels as gk
-    from ds41_indexer.ops.logits import gluon_launch as gl_launch
-    from ds41_indexer.ops.logits.triton_kernels import TILE
 
     q, w, cache, table, req, pos, ratio = args
     t, ctx = out.shape
-    spans = -(-ctx // (TILE[0] * TILE[1]))
-    cfg = gl_launch.gluon_config(t, spans)
-    grid = (t, -(-ctx // (TILE[0] * cfg[1])))
+    spans, cfg, grid = lab_shape(t, ctx, cfg)
     paths = torch.empty((t, spans), dtype=torch.int8, device=q.device)
     extra = (stamps,) if stamps is not None else ()
     mod._gluon_logits_kernel[grid](
@@ -266,6 +274,33 @@ def launch_lab_copy(mod: ModuleType, args: tuple, out, tail: tuple = (), stamps=
         num_warps=gk.GLUON_NUM_WARPS, maxnreg=gk.GLUON_MAXNREG,
     )  # fmt: skip
     return grid
+
+
+def time_variants(args: tuple, ref, iters: int, labs: list, after=None) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The labs' timing protocol at one size: the production kernel's logits into `ref` (fp32
+    [T, N]) and its CUDA-graph median (launch hidden), then for each `(key, launch)` of `labs`
+    (`launch(out)` runs a lab copy into `out`) whether its logits are `ref`'s bits and its
+    median, `after(key, row)` after each, and the production kernel's median again."""
+    import torch
+
+    from ds41_indexer import bench
+    from ds41_indexer.ops.logits import gluon_launch as gl_launch
+
+    dev = ref.device
+    bench.LAUNCH_HIDDEN = True
+    fn = partial(gl_launch.launch_gluon_logits, *args, ref)
+    fn()
+    row: dict[str, object] = {"production": bench._time(fn, dev, iters) * 1e3}
+    for key, launch in labs:
+        out = torch.full_like(ref, float("nan"))
+        launch(out)
+        torch.cuda.synchronize()
+        row[key + " bitwise"] = torch.equal(out.view(torch.int32), ref.view(torch.int32))
+        row[key] = bench._time(partial(launch, out), dev, iters) * 1e3
+        if after is not None:
+            after(key, row)
+    row["production again"] = bench._time(fn, dev, iters) * 1e3
+    return row
 
 
 def print_lab_table(rep: list[dict[str, object]], settings: str, checks: tuple[str, ...]) -> None:
@@ -291,15 +326,13 @@ def _one_size(lab: ModuleType, t: int, ctx: int, iters: int, configs: list[tuple
     import torch
 
     from ds41_indexer import bench
-    from ds41_indexer.ops.logits import gluon_kernels as gk
     from ds41_indexer.ops.logits import gluon_launch as gl_launch
-    from ds41_indexer.ops.logits.triton_kernels import TILE
 
     dev = torch.device("cuda")
     # hot: every row reads request 0's keys (L2-resident), to see what the DRAM costs
-    q, w, cache, table, req, pos, _ratio = bench_inputs(t, ctx, hot)
-    spans = -(-ctx // (TILE[0] * TILE[1]))
-    cfg = stamp_config or gl_launch.gluon_config(t, spans)
+    args = bench_inputs(t, ctx, hot)
+    q, w, cache, table, req, pos, _ratio = args
+    _spans, cfg, grid = lab_shape(t, ctx, stamp_config)
     ref = torch.full((t, ctx), float("nan"), device=dev)
 
     def production(out: torch.Tensor, c: tuple[int, int]) -> None:
@@ -308,21 +341,9 @@ def _one_size(lab: ModuleType, t: int, ctx: int, iters: int, configs: list[tuple
     production(ref, cfg)
     # the lab kernel: the launcher's arguments with the stamp buffer after path_ptr
     out = torch.full((t, ctx), float("nan"), device=dev)
-    grid = (t, -(-ctx // (TILE[0] * cfg[1])))
     stamps = torch.zeros(grid[0] * grid[1], 16, dtype=torch.int64, device=dev)
-    paths = torch.empty((t, spans), dtype=torch.int8, device=dev)
     for _ in range(3):  # compile, then warm caches as in a replayed step
-        lab._gluon_logits_kernel[grid](
-            q, w, cache.storage, table, req, pos, req, out, req, paths, stamps,
-            1, 0, ctx, q.stride(0), q.stride(1), w.stride(0),
-            table.shape[0], table.shape[1], table.stride(0),
-            cache.num_pages, cache.page_stride, 0, 0,
-            out.stride(0), 0, paths.stride(0), spans,
-            HI=bench.HI, HI_PAD=bench.HI, PAGE_SIZE=cache.page_size, HAS_CAND=False,
-            OUT_BF16=False, HAS_GMAX=False, STAGES=gk.GLUON_STAGES, TILES=cfg[1],
-            NC=cfg[0], CONSUMER_REGS=gk.GLUON_CONSUMER_REGS,
-            num_warps=gk.GLUON_NUM_WARPS, maxnreg=gk.GLUON_MAXNREG,
-        )  # fmt: skip
+        launch_lab_copy(lab, args, out, stamps=stamps, cfg=cfg)
     torch.cuda.synchronize()
     same = torch.equal(out.view(torch.int32), ref.view(torch.int32))
     row: dict[str, object] = {"rows": t, "context": ctx, "config": list(cfg), "hot": hot,
