@@ -42,14 +42,24 @@ def _num(text: str) -> float:
 
 
 def partitions(rows: list[list[str]], src: int) -> list[tuple[str, int, int]]:
-    """(name, first row, end row) of each partition: a TRY_ALLOC opens one, the last EXIT
-    closes the partitions and opens the retry loops."""
+    """(name, first row, end row) of each partition: a TRY_ALLOC opens one, and so does a
+    DEALLOC below the workers' base count (the kernel's first DEALLOC: a worker partition
+    that asks for fewer registers than the base gives them back instead of allocating); the
+    last EXIT closes the partitions and opens the retry loops."""
     starts: list[tuple[str, int]] = [("entry", 0)]
     last_exit = max(i for i, r in enumerate(rows) if "EXIT" in r[src])
+    base = None
     for i, r in enumerate(rows):
         m = SETMAX.search(r[src])
-        if m and "TRY_ALLOC" in r[src]:
-            starts.append((f"setmaxnreg {int(m.group(1), 16)}", i))
+        if not m:
+            continue
+        n = int(m.group(1), 16)
+        if "TRY_ALLOC" in r[src]:
+            starts.append((f"setmaxnreg {n}", i))
+        elif base is None:
+            base = n
+        elif n < base:
+            starts.append((f"setmaxnreg {n}", i))
     starts.append(("retry loops", last_exit + 1))
     ends = [a for _, a in starts[1:]] + [len(rows)]
     return [(n, a, b) for (n, a), b in zip(starts, ends, strict=True)]

@@ -8,8 +8,9 @@ registers, spill bytes and shared memory:
 `--module PATH` compiles the Gluon kernel of a lab copy (e.g. a lab file restored from history)
 instead. `--split` also compiles the Gluon kernel's split (fast-path) variant, `--pair` the pair
 kernel (two CTAs a row, compiled for one CTA as its launcher does); `--sass DIR` writes each
-kernel's SASS there (nvdisasm), e.g. to diff two versions of a kernel (`scripts/sass_loops.py`
-counts each partition's loop); `--pairs 01,03,13` picks the (window, compressed) format pairs.
+kernel's SASS (nvdisasm) and PTX there, e.g. to diff two versions of a kernel
+(`scripts/sass_loops.py` counts each partition's loop); `--pairs 01,03,13` picks the (window,
+compressed) format pairs.
 """
 
 from __future__ import annotations
@@ -119,10 +120,13 @@ def report(
             nvdisasm = os.path.join(os.path.dirname(ptxas), "nvdisasm")
             sass = subprocess.run([nvdisasm, "-c", os.path.join(tmp, "k.cubin")],
                                   capture_output=True, text=True, check=True).stdout  # fmt: skip
+            os.makedirs(sass_dir, exist_ok=True)
             name = "gluon_split" if split else ("gluon" if cfg is None else "triton")
             name = "gluon_pair" if pair else name
             with open(os.path.join(sass_dir, f"{name}_{w_fmt}{c_fmt}.sass"), "w") as f:
                 f.write(sass)
+            with open(os.path.join(sass_dir, f"{name}_{w_fmt}{c_fmt}.ptx"), "w") as f:
+                f.write(k.asm["ptx"])
     regs = re.search(r"Used (\d+) registers", res.stderr)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", res.stderr)
     stack = re.search(r"(\d+) bytes stack frame", res.stderr)
