@@ -8,18 +8,25 @@ no split over keys, configuration fixed for (H, D); records are decoded in the k
 gathered bf16 copy); a row's bits do not depend on the other rows.
 
 Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three warpgroups,
-`gl.warp_specialize`, registers re-balanced to 208 / 160 / 136):
+`gl.warp_specialize`, registers re-balanced to 208 / 184 / 112). The decode of a tile is
+split between two warpgroups by halves of D: the producer decodes channels [0, 256),
+consumer 1 channels [256, 512), the half it then uses as V (H200, twenty-third session:
+with the producer's slot loads moved off its chain, 1.3-2.0% faster at T >= 132 than one
+decoding warpgroup, same bits; the decode split alone measured neutral: the producer's
+slot-table loads, waited for in the iteration that issued them, then bounded a tile).
 - producer (4 warps): gathers the records (data and scale bytes) of the tiles NRAW ahead with
-  16-byte cp.async into a raw ring (the slot indices one tile further ahead; the caches' page
-  sizes are constexprs, so a record's page and offset divide by a constant, a shift for a
-  power of two); keys outside the row or with a bad slot are masked copies, which zero-fill,
-  so they decode to zeros. It decodes each tile into bf16 K tiles in NVMMA-swizzled shared
-  memory (KS stages, two halves of D in channel order; the bytes of both halves are loaded
-  before either is decoded, and the next copies into the slot are issued between the two
-  halves' decodes) and signals the stage's mbarrier. It also copies Q once, by cp.async
-  before anything else; in invariant mode the slot indices of the first three tiles are
-  loaded beside the row's lengths (which columns a tile holds follows from them), so a
-  program's first gathers wait for one global load, not three in a row. Idle at its
+  16-byte cp.async into a raw ring (the slot indices one tile further ahead, loaded an
+  iteration before their validity is worked out, so the loads' latency runs during that
+  iteration; the caches' page sizes are constexprs, so a record's page and offset divide by
+  a constant, a shift for a power of two); keys outside the row or with a bad slot are
+  masked copies, which zero-fill, so they decode to zeros. When a tile's bytes landed it
+  says so on the slot's landed mbarrier, decodes channels [0, 256) into the bf16 K stage
+  (NVMMA-swizzled shared memory, KS stages, two halves of D in channel order), waits until
+  consumer 1 holds the slot's other half (the slot's loaded mbarrier), issues the next copies
+  into the slot and arrives on the stage's filled mbarrier. It also copies Q once, by
+  cp.async before anything else; in invariant mode the slot indices of the first three
+  tiles are loaded beside the row's lengths (which columns a tile holds follows from them),
+  so a program's first gathers wait for one global load, not three in a row. Idle at its
   program's end (invariant mode), it prefetches into L2 the Q rows, slot-table rows and
   lengths of the program an SM count later in launch order, the one the GPU most likely
   starts next on a free SM, so that program's first loads hit L2 (H200, eighteenth session:
@@ -30,8 +37,13 @@ Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three 
   product is issued after it), the online softmax, P (bf16) and the rescale factor into
   shared memory for consumer 1 (double buffered), P.V over its half with P from registers;
   it writes lse and the denominators for consumer 1.
-- consumer 1 (4 warps, channels [256, 512)): rescale, P.V with P from shared memory.
-A K stage is free again when both consumers arrived on its mbarrier. The output is acc /
+- consumer 1 (4 warps, channels [256, 512)): decodes channels [256, 512) of tile j + KS - 1
+  (loads the slot's bytes once the producer says they landed, hands the slot back, waits
+  for the K stage, decodes, arrives on the stage's filled mbarrier), then for tile j the
+  rescale and P.V with P loaded into registers (so consumer 0 needs no proxy fence before
+  handing P over; the same bits as P read by the wgmma from shared memory).
+A K stage is filled by two arrivals (the producer's half, consumer 1's half) and free again
+when both consumers arrived on its released mbarrier. The output is acc /
 denominator as div.full.f32 computes it, from one reciprocal per head (bitwise the same as
 the per-element division sequence, ~4 fewer instructions per element). Each consumer stages
 its bf16 half in the Q half it no longer reads and stores it in 16-byte row pieces: stored
@@ -87,12 +99,14 @@ GLUON_NUM_WARPS = 4
 GLUON_KSTAGES = 3  # K stages (2 when a cache holds bf16 records: their raw ring is larger)
 GLUON_RAW_STAGES = 2
 # Register split: the launch caps every thread at GLUON_MAXNREG (12 warps x 32 x 168 fit the
-# 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 160 (it uses
-# 158), the producer to 136 (loading both halves of a tile before decoding spills at 128), and
-# Triton gives the default partition (consumer 0) what is left: 208 (at 136 / 200 the ninth
-# session's consumer 0, with its last tile peeled off the loop, made ptxas spill a shared
-# address that the producer's loop then reloaded every tile; at 208 / 160 / 136 nothing
-# spills, offline compile of every format pair)
+# 64K register file); the partitions re-balance with setmaxnreg: consumer 1 to 184 (its
+# accumulator and half a tile's bytes; at 176 it spills), the producer to 112 (it decodes one
+# half; at 104 it spills), and Triton gives the default partition (consumer 0) what is left:
+# 208 (at 200 it spills). Offline compiles of the format pairs: no spills except the mxfp8 +
+# bf16 pair, which the runner does not build. Two things this split depends on (twenty-third
+# session, offline): consumer 1's prologue and loop decode from one call site (two call sites
+# made LLVM hoist thread-index arithmetic above the partitions, where ptxas spilled it), and
+# it decodes its half in two 16-key steps (one 32-key step spills at 184).
 GLUON_MAXNREG = 168
 D = gl.constexpr(GLUON_D)
 BLOCK_H = gl.constexpr(GLUON_BLOCK_H)
@@ -101,8 +115,44 @@ NRAW = gl.constexpr(GLUON_RAW_STAGES)
 # A tile's 32 keys are decoded in one step per half of D: measured 3-5% faster than two 16-key
 # steps (more independent work for the producer's one warp per scheduler; H200
 # attention_s7_call2)
-C1_REGS = gl.constexpr(160)
-PRODUCER_REGS = gl.constexpr(136)
+C1_REGS = gl.constexpr(184)
+PRODUCER_REGS = gl.constexpr(112)
+
+
+@gluon.jit
+def _tile_slot_loads(i, n_w, swa_row, swa_len, comp_row, comp_len, HAS_COMP: gl.constexpr,
+                     layout: gl.constexpr):  # fmt: skip
+    """The slot-table loads of the row's tile i, in `layout`: (window slots, compressed
+    slots), -1 in the columns the tile does not take from that table."""
+    offs = gl.arange(0, BLOCK_N, layout=layout)
+    jw = i * BLOCK_N + offs
+    ws = gl.load(swa_row + jw, mask=jw < swa_len, other=-1)
+    if HAS_COMP:
+        jc = (i - n_w) * BLOCK_N + offs
+        cs = gl.load(comp_row + jc, mask=(jc >= 0) & (jc < comp_len), other=-1)
+    else:
+        cs = ws
+    return ws, cs
+
+
+@gluon.jit
+def _tile_slots_of(i, n_w, end, ws, cs, swa_len, comp_len, w_slots, c_slots,
+                   HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """(slot int64 clamped to >= 0, validity) of the keys of the row's tile i from its
+    `_tile_slot_loads`; tiles from `end` on are masked (the program's slice of the row ends
+    there)."""
+    offs = gl.arange(0, BLOCK_N, layout=layout)
+    jw = i * BLOCK_N + offs
+    in_w = jw < swa_len
+    slots = ws
+    ok = in_w & (ws < w_slots)
+    if HAS_COMP:
+        jc = (i - n_w) * BLOCK_N + offs
+        in_c = (jc >= 0) & (jc < comp_len)
+        slots = gl.where(in_c, cs, slots)
+        ok = ok | (in_c & (cs < c_slots))
+    valid = ok & (slots >= 0) & (i < end)
+    return gl.maximum(slots, 0).to(gl.int64), valid
 
 
 @gluon.jit
@@ -110,19 +160,9 @@ def _tile_slots(i, n_w, end, swa_row, swa_len, comp_row, comp_len, w_slots, c_sl
                 HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
     """(slot int64 clamped to >= 0, validity) of the keys of the row's tile i, in `layout`;
     tiles from `end` on are masked (the program's slice of the row ends there)."""
-    offs = gl.arange(0, BLOCK_N, layout=layout)
-    jw = i * BLOCK_N + offs
-    in_w = jw < swa_len
-    slots = gl.load(swa_row + jw, mask=in_w, other=-1)
-    ok = in_w & (slots < w_slots)
-    if HAS_COMP:
-        jc = (i - n_w) * BLOCK_N + offs
-        in_c = (jc >= 0) & (jc < comp_len)
-        sc = gl.load(comp_row + jc, mask=in_c, other=-1)
-        slots = gl.where(in_c, sc, slots)
-        ok = ok | (in_c & (sc < c_slots))
-    valid = ok & (slots >= 0) & (i < end)
-    return gl.maximum(slots, 0).to(gl.int64), valid
+    ws, cs = _tile_slot_loads(i, n_w, swa_row, swa_len, comp_row, comp_len, HAS_COMP, layout)
+    return _tile_slots_of(i, n_w, end, ws, cs, swa_len, comp_len, w_slots, c_slots, HAS_COMP,
+                          layout)  # fmt: skip
 
 
 @gluon.jit
@@ -175,6 +215,18 @@ def _raw_words(w_fmt, c_fmt):
 def _kstages(w_fmt, c_fmt):
     # bf16 records need a raw ring twice as large: two K stages then fit shared memory
     return 2 if 2 in (int(w_fmt), int(c_fmt)) else GLUON_KSTAGES
+
+
+@gluon.constexpr_function
+def _raw_landed_bar(ks):
+    # index of raw slot 0's landed barrier (layout in `_gluon_sparse_attn_kernel`)
+    return 7 + 2 * int(ks)
+
+
+@gluon.constexpr_function
+def _raw_loaded_bar(ks):
+    # index of raw slot 0's loaded-by-consumer-1 barrier
+    return 7 + 2 * int(ks) + GLUON_RAW_STAGES
 
 
 @gluon.jit
@@ -281,47 +333,50 @@ def _e2m1_bf16(b):
 
 
 @gluon.jit
-def _load_sub(raw, scl, FMT: gl.constexpr, C: gl.constexpr):
-    """The shared-memory loads of channels [256 C, 256 C + 256) of the tile's keys: (code
-    bytes, scale bytes) in the decode layouts; for bf16 records both are the values."""
+def _load_sub(raw, scl, FMT: gl.constexpr, C: gl.constexpr, K0: gl.constexpr = 0,
+              NK: gl.constexpr = 32):  # fmt: skip
+    """The shared-memory loads of channels [256 C, 256 C + 256) of the tile's keys K0 ..
+    K0 + NK - 1: (code bytes, scale bytes) in the decode layouts; for bf16 records both are
+    the values."""
     lay: gl.constexpr = _dec_layout()
     plain: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     NB: gl.constexpr = raw.shape[0] * raw.shape[1] * 4  # bytes of the ring slot
     if FMT == 0:
         l3: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 8, 2], [4, 1, 1], [2, 1, 0])
-        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(0, BLOCK_N)
+        sv = scl._reinterpret(gl.uint8, [BLOCK_N * 2, 16], plain).slice(K0, NK)
         sb = sv.slice(C * 8, 8, dim=1).load(gl.SliceLayout(2, l3))
-        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(0, BLOCK_N).load(lay)
+        b = raw._reinterpret(gl.uint8, [NB // 256, 256], plain).slice(K0, NK).load(lay)
     elif FMT == 1:
         l3b: gl.constexpr = gl.BlockedLayout([1, 1, 16], [2, 16, 1], [4, 1, 1], [2, 1, 0])
-        sb = scl.slice(0, BLOCK_N).slice(C * 16, 16, dim=1).load(gl.SliceLayout(2, l3b))
+        sb = scl.slice(K0, NK).slice(C * 16, 16, dim=1).load(gl.SliceLayout(2, l3b))
         lb: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-        b = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(0, BLOCK_N).load(lb)
+        b = raw._reinterpret(gl.uint8, [NB // 128, 128], plain).slice(K0, NK).load(lb)
     else:
-        b = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(0, BLOCK_N).load(lay)
+        b = raw._reinterpret(gl.bfloat16, [NB // 512, 256], plain).slice(K0, NK).load(lay)
         sb = b
     return b, sb
 
 
 @gluon.jit
-def _decode_loaded(b, sb, FMT: gl.constexpr):
-    """bf16 [BLOCK_N, 256] from `_load_sub`'s bytes, exact (SPEC section 4). Invalid keys were
-    zero-filled by their masked copies (data and scale bytes), so they decode to zeros."""
+def _decode_loaded(b, sb, FMT: gl.constexpr, NK: gl.constexpr = 32):
+    """bf16 [NK, 256] from `_load_sub`'s bytes of NK keys, exact (SPEC section 4). Invalid
+    keys were zero-filled by their masked copies (data and scale bytes), so they decode to
+    zeros."""
     lay: gl.constexpr = _dec_layout()
     if FMT == 0:
         s16 = gl.where(sb == 0, 0x40, sb.to(gl.int16) << 7).to(gl.bfloat16, bitcast=True)
-        s3 = gl.expand_dims(s16, 2).broadcast_to([BLOCK_N, 8, 32])
-        scp = gl.convert_layout(gl.reshape(s3, [BLOCK_N, 256]), lay, assert_trivial=True)
+        s3 = gl.expand_dims(s16, 2).broadcast_to([NK, 8, 32])
+        scp = gl.convert_layout(gl.reshape(s3, [NK, 256]), lay, assert_trivial=True)
         x = _e4m3_bf16(b) * scp
     elif FMT == 1:
         s1 = sb.to(gl.float8e4nv, bitcast=True).to(gl.float32).to(gl.bfloat16)
-        s3b = gl.expand_dims(s1, 2).broadcast_to([BLOCK_N, 16, 16])
-        scp1 = gl.convert_layout(gl.reshape(s3b, [BLOCK_N, 256]), lay, assert_trivial=True)
+        s3b = gl.expand_dims(s1, 2).broadcast_to([NK, 16, 16])
+        scp1 = gl.convert_layout(gl.reshape(s3b, [NK, 256]), lay, assert_trivial=True)
         lo4, hi4 = _e2m1_bf16(b)
         # groups of 8 channels: elements 0..3 from lo4, 4..7 from hi4 (each thread keeps its
         # registers: the result is the decode layout without data movement)
-        j = gl.join(gl.reshape(lo4, [BLOCK_N, 32, 4]), gl.reshape(hi4, [BLOCK_N, 32, 4]))
-        f = gl.reshape(gl.permute(j, [0, 1, 3, 2]), [BLOCK_N, 256])
+        j = gl.join(gl.reshape(lo4, [NK, 32, 4]), gl.reshape(hi4, [NK, 32, 4]))
+        f = gl.reshape(gl.permute(j, [0, 1, 3, 2]), [NK, 256])
         x = gl.convert_layout(f, lay, assert_trivial=True) * scp1
     else:
         x = b
@@ -337,38 +392,60 @@ def _decode_sub(raw, scl, FMT: gl.constexpr, C: gl.constexpr):
 
 
 @gluon.jit
-def _decode_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, lo, n_w, sl_f, ok_f, meta_smem, w_ptr,
-                  w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size,
-                  FMT: gl.constexpr, W_FMT: gl.constexpr, C_FMT: gl.constexpr):  # fmt: skip
-    """Decode ring slot rs (the program's tile i, format FMT) into K stage ks and start the
-    copies of tile i + NRAW into the same slot. The bytes of both halves are loaded before
-    either is decoded (the compiler keeps a shared load after an earlier shared store, so the
-    second half's loads would otherwise wait for the first half's decode and stores; H200:
-    1-1.4% faster at T >= 132, nineteenth session). Once every producer thread holds the
-    slot's bytes in registers (a barrier), half 0 is decoded and stored, then the copies are
-    issued, then half 1: the copies' address work and the decode's chains interleave in the
-    producer's one warp per scheduler (5% faster at T >= 1024 than the copies after the
-    stage's arrival; issued between the loads and half 0, ptxas spills). bf16 records, which
-    need no decode, are copied a half at a time (both at once would take 64 more registers)
-    and their copies follow."""
-    if FMT == 2:
-        k_smem.index(ks * 2).store(_decode_sub(raw_smem.index(rs * 2), scl_smem.index(rs), FMT, 0))
-        k_smem.index(ks * 2 + 1).store(
-            _decode_sub(raw_smem.index(rs * 2 + 1), scl_smem.index(rs), FMT, 1)
-        )
-        gl.thread_barrier()
-        _fetch(i + NRAW, lo + i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
-               w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
-               C_FMT)  # fmt: skip
+def _decode_half0_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, lo, n_w, sl_f, ok_f, meta_smem,
+                        bars, w_ptr, w_page_stride, w_page_size, c_ptr, c_page_stride,
+                        c_page_size, FMT: gl.constexpr, W_FMT: gl.constexpr,
+                        C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+    """The producer's share of tile i: decode channels [0, 256) of ring slot rs (format FMT)
+    into K stage ks and start the copies of tile i + NRAW into the same slot, once every
+    producer thread holds half 0's bytes (a barrier) and consumer 1 holds half 1's (its
+    arrival on the slot's loaded barrier). The wait sits between the decode and the copies:
+    before the decode, the two would be one block of code, and their interleaved chains
+    spill at 112 registers."""
+    b0, s0 = _load_sub(raw_smem.index(rs * 2), scl_smem.index(rs), FMT, 0)
+    gl.thread_barrier()
+    k_smem.index(ks * 2).store(_decode_loaded(b0, s0, FMT))
+    mbarrier.wait(bars.index(_raw_loaded_bar(KS) + rs), (i // NRAW) & 1)
+    _fetch(i + NRAW, lo + i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
+           w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
+           C_FMT)  # fmt: skip
+
+
+@gluon.jit
+def _decode_half1(raw_smem, scl_smem, k_smem, bars, i, KS: gl.constexpr, FMT: gl.constexpr):
+    """Consumer 1's share of tile i: channels [256, 512) of ring slot i % NRAW (format FMT)
+    into K stage i % KS. The bytes are loaded once the producer says the slot landed; the
+    slot is handed back (its copies for tile i + NRAW may start) as soon as every consumer 1
+    thread holds them, before the wait for the K stage. The bytes of both 16-key steps are
+    loaded first (a shared load stays after an earlier shared store); each step is decoded
+    and stored on its own, so half the decoded registers are live at once."""
+    rs = i % NRAW
+    ks = i % KS
+    mbarrier.wait(bars.index(_raw_landed_bar(KS) + rs), (i // NRAW) & 1)
+    HK: gl.constexpr = BLOCK_N // 2
+    ba, sa = _load_sub(raw_smem.index(rs * 2 + 1), scl_smem.index(rs), FMT, 1, 0, HK)
+    bb, sb = _load_sub(raw_smem.index(rs * 2 + 1), scl_smem.index(rs), FMT, 1, HK, HK)
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(_raw_loaded_bar(KS) + rs), count=1)
+    # both consumers finished tile i - KS, the last reader of this stage
+    mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
+    dst = k_smem.index(ks * 2 + 1)
+    dst.slice(0, HK).store(_decode_loaded(ba, sa, FMT, HK))
+    dst.slice(HK, HK).store(_decode_loaded(bb, sb, FMT, HK))
+
+
+@gluon.jit
+def _c1_decode(i, lo, n_w, raw_smem, scl_smem, k_smem, bars, W_FMT: gl.constexpr,
+               C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
+    """Consumer 1 decodes half 1 of the program's tile i (the row's tile lo + i) and arrives
+    on the K stage's filled barrier (the producer's half 0 is the other arrival)."""
+    if C_FMT == 3 or lo + i < n_w:
+        _decode_half1(raw_smem, scl_smem, k_smem, bars, i, KS, W_FMT)
     else:
-        b0, s0 = _load_sub(raw_smem.index(rs * 2), scl_smem.index(rs), FMT, 0)
-        b1, s1 = _load_sub(raw_smem.index(rs * 2 + 1), scl_smem.index(rs), FMT, 1)
-        gl.thread_barrier()
-        k_smem.index(ks * 2).store(_decode_loaded(b0, s0, FMT))
-        _fetch(i + NRAW, lo + i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
-               w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
-               C_FMT)  # fmt: skip
-        k_smem.index(ks * 2 + 1).store(_decode_loaded(b1, s1, FMT))
+        _decode_half1(raw_smem, scl_smem, k_smem, bars, i, KS, C_FMT)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(1 + i % KS), count=1)
 
 
 @gluon.jit
@@ -432,10 +509,11 @@ def _copy_q(q_smem, q_ptr, t, stride_qt, stride_qh, hb, H):
 @gluon.jit
 def _first_tiles(t, swa_row, comp_row, swa_lens_ptr, W, comp_lens_ptr, K, w_num_slots,
                  c_num_slots, HAS_COMP: gl.constexpr, layout: gl.constexpr):  # fmt: skip
-    """Invariant mode's row lengths `_row_lengths` (first tile 0) and the (slot, validity) of
-    tiles 0, 1, 2, whose slot vectors load beside the lengths, not after them: the window
-    columns of tiles 0..2 and the compressed columns of compressed tiles 0..2 (which of them a
-    tile holds follows from the window length)."""
+    """Invariant mode's row lengths `_row_lengths` (first tile 0), the (slot, validity) of
+    tiles 0 and 1 and the slot vectors of tile 2 (`_tile_slot_loads`' pair, for
+    `_tile_slots_of`), whose loads run beside the lengths, not after them: the window columns
+    of tiles 0..2 and the compressed columns of compressed tiles 0..2 (which of them a tile
+    holds follows from the window length)."""
     w0 = _spec_load(swa_row, 0, W, layout)
     w1 = _spec_load(swa_row, 1, W, layout)
     w2 = _spec_load(swa_row, 2, W, layout)
@@ -453,9 +531,10 @@ def _first_tiles(t, swa_row, comp_row, swa_lens_ptr, W, comp_lens_ptr, K, w_num_
                               c_num_slots, HAS_COMP, layout)  # fmt: skip
     sl_1, ok_1 = _first_slots(1, n_w, end, w1, c0, c1, c2, swa_len, comp_len, w_num_slots,
                               c_num_slots, HAS_COMP, layout)  # fmt: skip
-    sl_n, ok_n = _first_slots(2, n_w, end, w2, c0, c1, c2, swa_len, comp_len, w_num_slots,
-                              c_num_slots, HAS_COMP, layout)  # fmt: skip
-    return swa_len, n_w, comp_len, lo, n, end, sl_0, ok_0, sl_1, ok_1, sl_n, ok_n
+    # tile 2 as `_tile_slot_loads` gives it (its validity is worked out where it is used)
+    ci = 2 - n_w
+    cs_2 = gl.where(ci == 0, c0, gl.where(ci == 1, c1, c2))
+    return swa_len, n_w, comp_len, lo, n, end, sl_0, ok_0, sl_1, ok_1, w2, cs_2
 
 
 @gluon.jit
@@ -554,13 +633,13 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
                                  w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
         sl_1, ok_1 = _tile_slots(lo + 1, n_w, end, swa_row, swa_len, comp_row, comp_len,
                                  w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
-        sl_n, ok_n = _tile_slots(lo + 2, n_w, end, swa_row, swa_len, comp_row, comp_len,
-                                 w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        ws_n, cs_n = _tile_slot_loads(lo + 2, n_w, swa_row, swa_len, comp_row, comp_len,
+                                      HAS_COMP, row_l)  # fmt: skip
     else:
         # the slots of tiles 0..2 are loaded beside the lengths, not after them: the window
         # columns of tiles 0..2 and the compressed columns of compressed tiles 0..2 (which
         # of them a tile holds follows from the window length)
-        swa_len, n_w, comp_len, lo, n, end, sl_0, ok_0, sl_1, ok_1, sl_n, ok_n = _first_tiles(
+        swa_len, n_w, comp_len, lo, n, end, sl_0, ok_0, sl_1, ok_1, ws_n, cs_n = _first_tiles(
             t,
             swa_row,
             comp_row,
@@ -584,26 +663,29 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     mbarrier.arrive(bars.index(0), count=1)
 
     for i in range(0, n):
-        # slots of tile i + NRAW were loaded one iteration ago; load those of i + NRAW + 1
-        sl_f = sl_n
-        ok_f = ok_n
-        sl_n, ok_n = _tile_slots(lo + i + NRAW + 1, n_w, end, swa_row, swa_len, comp_row,
-                                 comp_len, w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        # the slot vectors of tile i + NRAW were loaded one iteration ago (their latency ran
+        # during that iteration, off the producer's chain); load those of i + NRAW + 1
+        sl_f, ok_f = _tile_slots_of(lo + i + NRAW, n_w, end, ws_n, cs_n, swa_len, comp_len,
+                                    w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        ws_n, cs_n = _tile_slot_loads(lo + i + NRAW + 1, n_w, swa_row, swa_len, comp_row,
+                                      comp_len, HAS_COMP, row_l)  # fmt: skip
         ks = i % KS
         rs = i % NRAW
         async_copy.wait_group(NRAW - 1)
         gl.thread_barrier()
+        # the slot's bytes landed (every producer thread's copies): consumer 1 may load half 1
+        mbarrier.arrive(bars.index(_raw_landed_bar(KS) + rs), count=1)
         ok_i = meta_smem.index(rs).load(row_l) != 0
         # both consumers finished tile i - KS, the last reader of this stage
         mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
         if C_FMT == 3 or lo + i < n_w:
-            _decode_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, lo, n_w, sl_f, ok_f, meta_smem,
-                          w_ptr, w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size,
-                          W_FMT, W_FMT, C_FMT)  # fmt: skip
+            _decode_half0_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, lo, n_w, sl_f, ok_f,
+                                meta_smem, bars, w_ptr, w_page_stride, w_page_size, c_ptr,
+                                c_page_stride, c_page_size, W_FMT, W_FMT, C_FMT, KS)  # fmt: skip
         else:
-            _decode_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, lo, n_w, sl_f, ok_f, meta_smem,
-                          w_ptr, w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size,
-                          C_FMT, W_FMT, C_FMT)  # fmt: skip
+            _decode_half0_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, lo, n_w, sl_f, ok_f,
+                                meta_smem, bars, w_ptr, w_page_stride, w_page_size, c_ptr,
+                                c_page_stride, c_page_size, C_FMT, W_FMT, C_FMT, KS)  # fmt: skip
         kval_smem.index(ks).store(ok_i.to(gl.int32))
         fence_async_shared()
         gl.thread_barrier()
@@ -641,19 +723,29 @@ def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
 
 
 @gluon.jit
-def _softmax_handoff(s, j, kval, p_smem, x_smem, bars, m_i, l_i, scale, mma_s: gl.constexpr,
-                     mma_o: gl.constexpr, PF: gl.constexpr):  # fmt: skip
-    """Consumer 0's online softmax of its tile j and the hand-off of P (bf16) and the rescale
-    factor to consumer 1 (P buffer j % 2, free once consumer 1 finished tile j - 2); returns
-    (P, rescale factor in the accumulator's row layout, new max, new sum)."""
+def _hand_p(p16, alpha, j, p_smem, x_smem, bars, PF: gl.constexpr, ASYNC_READER: gl.constexpr):
+    """P (bf16) and the rescale factor of tile j into P buffer j % 2 (free once the reader
+    finished tile j - 2), then the buffer's filled barrier. A reader that takes P by wgmma
+    from shared memory (the async proxy) needs the proxy fence; one that loads it into
+    registers does not."""
     ps = j % 2
-    p16, alpha, m_i, l_i = _softmax(s, kval, m_i, l_i, scale, mma_s)
     mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
     p_smem.index(ps).store(p16)
     x_smem.index(ps).store(alpha)
-    fence_async_shared()
+    if ASYNC_READER:
+        fence_async_shared()
     gl.thread_barrier()
     mbarrier.arrive(bars.index(PF + ps), count=1)
+
+
+@gluon.jit
+def _softmax_handoff(s, j, kval, p_smem, x_smem, bars, m_i, l_i, scale, mma_s: gl.constexpr,
+                     mma_o: gl.constexpr, PF: gl.constexpr):  # fmt: skip
+    """Consumer 0's online softmax of its tile j and the hand-off of P (bf16) and the rescale
+    factor to a reader that takes P by wgmma from shared memory (P buffer j % 2); returns
+    (P, rescale factor in the accumulator's row layout, new max, new sum)."""
+    p16, alpha, m_i, l_i = _softmax(s, kval, m_i, l_i, scale, mma_s)
+    _hand_p(p16, alpha, j, p_smem, x_smem, bars, PF, True)
     return p16, gl.convert_layout(alpha, gl.SliceLayout(1, mma_o)), m_i, l_i
 
 
@@ -721,9 +813,9 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         jn = (j + 1) % KS
         mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1)
         s_tok = _qk(q_smem, k_smem, jn, mma_s)
-        p16, alpha_o, m_i, l_i = _softmax_handoff(
-            s_cur, j, kval_smem.index(js), p_smem, x_smem, bars, m_i, l_i, scale, mma_s, mma_o, PF
-        )
+        p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
+        _hand_p(p16, alpha, j, p_smem, x_smem, bars, PF, False)
+        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
         tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
                             acc * alpha_o[:, None], is_async=True)  # fmt: skip
         acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
@@ -732,8 +824,9 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     # the last tile: no look-ahead product (its tensor-core time would delay this P.V)
     jl = n - 1
     js = jl % KS
-    p16, alpha_o, m_i, l_i = _softmax_handoff(s_cur, jl, kval_smem.index(js), p_smem, x_smem,
-                                              bars, m_i, l_i, scale, mma_s, mma_o, PF)  # fmt: skip
+    p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
+    _hand_p(p16, alpha, jl, p_smem, x_smem, bars, PF, False)
+    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
     tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
                         acc * alpha_o[:, None], is_async=True)  # fmt: skip
     acc = warpgroup_mma_wait(0, deps=[tok])
@@ -813,7 +906,8 @@ def _store_part(acc, part_o_ptr, t, H, hb, num_splits, C: gl.constexpr, mma_o: g
 def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_smem, x_smem,
                bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
                SPLIT: gl.constexpr):  # fmt: skip
-    """P.V over channels [256, 512) with P and the rescale factor from consumer 0."""
+    """Half 1 of each tile's decode (a tile ahead of consumer 0's need), and P.V over
+    channels [256, 512) with P and the rescale factor from consumer 0."""
     (
         _q_ptr,
         _stride_qt,
@@ -853,21 +947,31 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
     )
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
-    _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
-                                                          num_splits, HAS_COMP, SPLIT)  # fmt: skip
+    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    _swa_len, n_w, _comp_len, lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
+                                                        num_splits, HAS_COMP, SPLIT)  # fmt: skip
     PF: gl.constexpr = 2 + 2 * KS
     acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
-    for j in range(0, n):
-        js = j % KS
-        ps = j % 2
-        mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
-        alpha = x_smem.index(ps).load(row_o)
-        tok = warpgroup_mma(p_smem.index(ps), k_smem.index(js * 2 + 1), acc * alpha[:, None],
-                            is_async=True)  # fmt: skip
-        acc = warpgroup_mma_wait(0, deps=[tok])
-        gl.thread_barrier()
-        mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
-        mbarrier.arrive(bars.index(1 + KS + js), count=1)
+    # half 1 of tiles 0 .. KS - 2 first; tile j + KS - 1 in iteration j, before its wait for
+    # P (the stage it fills was released by tile j - 1)
+    LA: gl.constexpr = KS - 1
+    for j in range(-LA, n):
+        if j + LA < n:
+            _c1_decode(j + LA, lo, n_w, raw_smem, scl_smem, k_smem, bars, W_FMT, C_FMT, KS)
+        if j >= 0:
+            js = j % KS
+            ps = j % 2
+            mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
+            alpha = x_smem.index(ps).load(row_o)
+            # P into registers (no proxy fence on consumer 0's side; the same bits as P taken
+            # from shared memory by the wgmma, nineteenth session)
+            p = p_smem.index(ps).load(p_op)
+            tok = warpgroup_mma(p, k_smem.index(js * 2 + 1), acc * alpha[:, None],
+                                is_async=True)  # fmt: skip
+            acc = warpgroup_mma_wait(0, deps=[tok])
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
+            mbarrier.arrive(bars.index(1 + KS + js), count=1)
     if SPLIT:
         _store_part(acc, part_o_ptr, t, H, hb, num_splits, 1, mma_o)
     else:
@@ -908,14 +1012,18 @@ def _gluon_sparse_attn_kernel(
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_H, BLOCK_N], p_lay)
     x_smem = gl.allocate_shared_memory(gl.float32, [3, BLOCK_H], plain1)
     # barriers: 0 Q stored; 1 + s K stage s filled; 1 + KS + s stage s released (2 arrivals);
-    # PF + b P buffer b filled; PF + 2 + b P buffer b consumed; PF + 4 denominator stored
+    # PF + b P buffer b filled; PF + 2 + b P buffer b consumed; PF + 4 denominator stored;
+    # PF + 5 + r raw slot r landed (producer); PF + 5 + NRAW + r raw slot r's half 1 loaded
+    # (consumer 1). A K stage is filled by two arrivals: the producer's half 0, consumer 1's
+    # half 1.
     PF: gl.constexpr = 2 + 2 * KS
-    bars = gl.allocate_shared_memory(gl.int64, [PF + 5, 1], mbarrier.MBarrierLayout())
-    for b in gl.static_range(1 + KS):
-        mbarrier.init(bars.index(b), count=1)
-    for b in gl.static_range(1 + KS, PF):
+    gl.static_assert(_raw_landed_bar(KS) == PF + 5)
+    NB: gl.constexpr = PF + 5 + 2 * NRAW
+    bars = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bars.index(0), count=1)
+    for b in gl.static_range(1, PF):
         mbarrier.init(bars.index(b), count=2)
-    for b in gl.static_range(PF, PF + 5):
+    for b in gl.static_range(PF, NB):
         mbarrier.init(bars.index(b), count=1)
     fence_async_shared()
     gl.thread_barrier()

@@ -60,6 +60,7 @@ from .gluon_kernels import (
     _softmax_handoff,
     _store_out,
     _tile_slots,
+    _tile_slots_of,
     _words,
 )
 
@@ -250,7 +251,7 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
     _copy_q(q_smem, q_ptr, t, stride_qt, stride_qh, hb, H)
     swa_row = swa_ptr + t * stride_swa_t
     comp_row = comp_ptr + t * stride_comp_t
-    swa_len, n_w, comp_len, _lo, n, end, sl_0, ok_0, sl_1, ok_1, sl_n, ok_n = _first_tiles(
+    swa_len, n_w, comp_len, _lo, n, end, sl_0, ok_0, sl_1, ok_1, ws_2, cs_2 = _first_tiles(
         t,
         swa_row,
         comp_row,
@@ -263,6 +264,8 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
         HAS_COMP,
         row_l,
     )
+    sl_n, ok_n = _tile_slots_of(2, n_w, end, ws_2, cs_2, swa_len, comp_len, w_num_slots,
+                                c_num_slots, HAS_COMP, row_l)  # fmt: skip
     _fetch(0, n_w, rank, sl_0, ok_0, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
            w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
     _fetch(1, n_w, rank, sl_1, ok_1, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
