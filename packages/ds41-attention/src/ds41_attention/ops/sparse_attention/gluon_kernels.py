@@ -334,7 +334,7 @@ def _e2m1_bf16(b):
 
 @gluon.jit
 def _load_sub(raw, scl, FMT: gl.constexpr, C: gl.constexpr, K0: gl.constexpr = 0,
-              NK: gl.constexpr = 32):  # fmt: skip
+              NK: gl.constexpr = GLUON_BLOCK_N):  # fmt: skip
     """The shared-memory loads of channels [256 C, 256 C + 256) of the tile's keys K0 ..
     K0 + NK - 1: (code bytes, scale bytes) in the decode layouts; for bf16 records both are
     the values."""
@@ -358,7 +358,7 @@ def _load_sub(raw, scl, FMT: gl.constexpr, C: gl.constexpr, K0: gl.constexpr = 0
 
 
 @gluon.jit
-def _decode_loaded(b, sb, FMT: gl.constexpr, NK: gl.constexpr = 32):
+def _decode_loaded(b, sb, FMT: gl.constexpr, NK: gl.constexpr = GLUON_BLOCK_N):
     """bf16 [NK, 256] from `_load_sub`'s bytes of NK keys, exact (SPEC section 4). Invalid
     keys were zero-filled by their masked copies (data and scale bytes), so they decode to
     zeros."""
