@@ -218,15 +218,22 @@ def _kstages(w_fmt, c_fmt):
 
 
 @gluon.constexpr_function
+def _p_bars(ks):
+    # index of P buffer 0's filled barrier, after Q's and the K stages' (the layout is listed in
+    # `_gluon_sparse_attn_kernel`; the pair kernel's hand-off uses the same indices)
+    return 2 + 2 * int(ks)
+
+
+@gluon.constexpr_function
 def _raw_landed_bar(ks):
-    # index of raw slot 0's landed barrier (layout in `_gluon_sparse_attn_kernel`)
-    return 7 + 2 * int(ks)
+    # index of raw slot 0's landed barrier: after the P buffers' and the denominator's
+    return _p_bars(ks) + 5
 
 
 @gluon.constexpr_function
 def _raw_loaded_bar(ks):
     # index of raw slot 0's loaded-by-consumer-1 barrier
-    return 7 + 2 * int(ks) + GLUON_RAW_STAGES
+    return _raw_landed_bar(ks) + GLUON_RAW_STAGES
 
 
 @gluon.jit
@@ -723,11 +730,15 @@ def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
 
 
 @gluon.jit
-def _hand_p(p16, alpha, j, p_smem, x_smem, bars, PF: gl.constexpr, ASYNC_READER: gl.constexpr):
-    """P (bf16) and the rescale factor of tile j into P buffer j % 2 (free once the reader
-    finished tile j - 2), then the buffer's filled barrier. A reader that takes P by wgmma
-    from shared memory (the async proxy) needs the proxy fence; one that loads it into
-    registers does not."""
+def _softmax_handoff(s, j, kval, p_smem, x_smem, bars, m_i, l_i, scale, mma_s: gl.constexpr,
+                     mma_o: gl.constexpr, PF: gl.constexpr,
+                     ASYNC_READER: gl.constexpr):  # fmt: skip
+    """Consumer 0's online softmax of its tile j and the hand-off of P (bf16) and the rescale
+    factor (P buffer j % 2, free once the reader finished tile j - 2); returns (P, rescale
+    factor in the accumulator's row layout, new max, new sum). A reader that takes P by wgmma
+    from shared memory (the async proxy; ASYNC_READER) needs the proxy fence, one that loads
+    it into registers does not."""
+    p16, alpha, m_i, l_i = _softmax(s, kval, m_i, l_i, scale, mma_s)
     ps = j % 2
     mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
     p_smem.index(ps).store(p16)
@@ -736,16 +747,6 @@ def _hand_p(p16, alpha, j, p_smem, x_smem, bars, PF: gl.constexpr, ASYNC_READER:
         fence_async_shared()
     gl.thread_barrier()
     mbarrier.arrive(bars.index(PF + ps), count=1)
-
-
-@gluon.jit
-def _softmax_handoff(s, j, kval, p_smem, x_smem, bars, m_i, l_i, scale, mma_s: gl.constexpr,
-                     mma_o: gl.constexpr, PF: gl.constexpr):  # fmt: skip
-    """Consumer 0's online softmax of its tile j and the hand-off of P (bf16) and the rescale
-    factor to a reader that takes P by wgmma from shared memory (P buffer j % 2); returns
-    (P, rescale factor in the accumulator's row layout, new max, new sum)."""
-    p16, alpha, m_i, l_i = _softmax(s, kval, m_i, l_i, scale, mma_s)
-    _hand_p(p16, alpha, j, p_smem, x_smem, bars, PF, True)
     return p16, gl.convert_layout(alpha, gl.SliceLayout(1, mma_o)), m_i, l_i
 
 
@@ -800,7 +801,7 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
     _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
                                                           num_splits, HAS_COMP, SPLIT)  # fmt: skip
-    PF: gl.constexpr = 2 + 2 * KS
+    PF: gl.constexpr = _p_bars(KS)
     m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
     acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
@@ -813,9 +814,9 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
         jn = (j + 1) % KS
         mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1)
         s_tok = _qk(q_smem, k_smem, jn, mma_s)
-        p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
-        _hand_p(p16, alpha, j, p_smem, x_smem, bars, PF, False)
-        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+        p16, alpha_o, m_i, l_i = _softmax_handoff(s_cur, j, kval_smem.index(js), p_smem, x_smem,
+                                                  bars, m_i, l_i, scale, mma_s, mma_o, PF,
+                                                  False)  # fmt: skip
         tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
                             acc * alpha_o[:, None], is_async=True)  # fmt: skip
         acc, s_cur = warpgroup_mma_wait(0, deps=[tok, s_tok])
@@ -824,9 +825,9 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     # the last tile: no look-ahead product (its tensor-core time would delay this P.V)
     jl = n - 1
     js = jl % KS
-    p16, alpha, m_i, l_i = _softmax(s_cur, kval_smem.index(js), m_i, l_i, scale, mma_s)
-    _hand_p(p16, alpha, jl, p_smem, x_smem, bars, PF, False)
-    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, mma_o))
+    p16, alpha_o, m_i, l_i = _softmax_handoff(s_cur, jl, kval_smem.index(js), p_smem, x_smem,
+                                              bars, m_i, l_i, scale, mma_s, mma_o, PF,
+                                              False)  # fmt: skip
     tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
                         acc * alpha_o[:, None], is_async=True)  # fmt: skip
     acc = warpgroup_mma_wait(0, deps=[tok])
@@ -950,7 +951,7 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sm
     p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
     _swa_len, n_w, _comp_len, lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
                                                         num_splits, HAS_COMP, SPLIT)  # fmt: skip
-    PF: gl.constexpr = 2 + 2 * KS
+    PF: gl.constexpr = _p_bars(KS)
     acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
     # half 1 of tiles 0 .. KS - 2 first; tile j + KS - 1 in iteration j, before its wait for
     # P (the stage it fills was released by tile j - 1)
@@ -1016,9 +1017,8 @@ def _gluon_sparse_attn_kernel(
     # PF + 5 + r raw slot r landed (producer); PF + 5 + NRAW + r raw slot r's half 1 loaded
     # (consumer 1). A K stage is filled by two arrivals: the producer's half 0, consumer 1's
     # half 1.
-    PF: gl.constexpr = 2 + 2 * KS
-    gl.static_assert(_raw_landed_bar(KS) == PF + 5)
-    NB: gl.constexpr = PF + 5 + 2 * NRAW
+    PF: gl.constexpr = _p_bars(KS)
+    NB: gl.constexpr = _raw_loaded_bar(KS) + NRAW
     bars = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bars.index(0), count=1)
     for b in gl.static_range(1, PF):

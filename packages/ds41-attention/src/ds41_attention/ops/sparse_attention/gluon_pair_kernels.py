@@ -55,6 +55,7 @@ from .gluon_kernels import (
     _copy_q,
     _decode_sub,
     _first_tiles,
+    _p_bars,
     _raw_words,
     _row_lengths,
     _softmax_handoff,
@@ -337,7 +338,7 @@ def _consumer_qk(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
     row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
     _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr,
                                                           K, 1, HAS_COMP, False)  # fmt: skip
-    PF: gl.constexpr = 2 + 2 * KS
+    PF: gl.constexpr = _p_bars(KS)
     m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
     mbarrier.wait(bars.index(0), 0)
@@ -351,16 +352,17 @@ def _consumer_qk(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
         # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax
         _wait(XBASE + jn * 8, ((j + 1) // KS) & 1)
         s_tok = _qk_reg(q0, q1, k_smem, jn, mma_s)
-        _p16, _alpha, m_i, l_i = _softmax_handoff(
-            s_cur, j, kval_smem.index(js), p_smem, x_smem, bars, m_i, l_i, scale, mma_s, mma_o, PF
-        )
+        _p16, _alpha, m_i, l_i = _softmax_handoff(s_cur, j, kval_smem.index(js), p_smem, x_smem,
+                                                  bars, m_i, l_i, scale, mma_s, mma_o, PF,
+                                                  True)  # fmt: skip
         s_cur = warpgroup_mma_wait(0, deps=[s_tok])
         gl.thread_barrier()
         _on_barrier(_RELEASE_BOTH, XBASE + (KS + js) * 8, 0)
     jl = n - 1
     js = jl % KS
     _p16, _alpha, m_i, l_i = _softmax_handoff(s_cur, jl, kval_smem.index(js), p_smem, x_smem,
-                                              bars, m_i, l_i, scale, mma_s, mma_o, PF)  # fmt: skip
+                                              bars, m_i, l_i, scale, mma_s, mma_o, PF,
+                                              True)  # fmt: skip
     gl.thread_barrier()
     _on_barrier(_RELEASE_BOTH, XBASE + (KS + js) * 8, 0)
     # sink in the denominator only; the denominators to the P.V warpgroup
@@ -397,7 +399,7 @@ def _consumer_pv(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
     _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr,
                                                           K, 1, HAS_COMP, False)  # fmt: skip
-    PF: gl.constexpr = 2 + 2 * KS
+    PF: gl.constexpr = _p_bars(KS)
     acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
     for j in range(0, n):
         js = j % KS
@@ -451,7 +453,7 @@ def _gluon_pair_attn_kernel(
     # Triton's barriers: 0 Q landed; PF + b P buffer b filled; PF + 2 + b P buffer b consumed;
     # PF + 4 denominators stored (the one-CTA kernel's indices, so its hand-off serves; the
     # indices between are unused)
-    PF: gl.constexpr = 2 + 2 * KS
+    PF: gl.constexpr = _p_bars(KS)
     bars = gl.allocate_shared_memory(gl.int64, [PF + 5, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bars.index(0), count=1)
     for b in gl.static_range(PF, PF + 5):
