@@ -8,14 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-benchmarks/results}}
 mkdir -p "$out"
-if compgen -G ".whl/*" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/* && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-src=packages/ds41-cache/src:packages/ds41-indexer/src:packages/ds41-attention/src:packages/ds41-runner/src
-export PYTHONPATH=$src${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONUNBUFFERED=1
-unset TRITON_INTERPRET
+source scripts/device_env.sh
 status=0
 # GPU_TEST_WORKERS (default 4) parallel pytest workers when pytest-xdist is present.
 workers=()

@@ -17,13 +17,7 @@ cd "$(dirname "$0")/.."
 out=${1:-${OUT:-sanitize_out}}
 only=${2:-memcheck,racecheck,app}
 mkdir -p "$out"
-if compgen -G ".whl/*" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/* && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-src=packages/ds41-cache/src:packages/ds41-indexer/src:packages/ds41-attention/src:packages/ds41-runner/src
-export PYTHONPATH=$src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-unset TRITON_INTERPRET
+source scripts/device_env.sh
 limit=${SANITIZE_TIMEOUT:-420}
 cs=(compute-sanitizer --target-processes all --error-exitcode 1 --print-limit 100)
 tests=(-q -m gpu -p no:cacheprovider -n 3)

@@ -12,10 +12,7 @@ cd "$(dirname "$0")/../../.."
 : "${PATCH:?PATCH=packages/ds41-attention/scripts/lab/<name>.patch}"
 name=${NAME:-lab}; tag=${TAG:-$name}; R=${OUT:-/tmp/ab_patch}
 mkdir -p "$R"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONUNBUFFERED=1; unset TRITON_INTERPRET
-S=$PWD/packages
-export PYTHONPATH=/tmp/site:$S/ds41-cache/src:$S/ds41-indexer/src:$S/ds41-attention/src:$S/ds41-runner/src
+source scripts/device_env.sh
 rm -rf /tmp/ab && mkdir -p /tmp/ab
 cp -r packages/ds41-attention/src/ds41_attention "/tmp/ab/ds41_attention_$name"
 patch -s -p5 -d "/tmp/ab/ds41_attention_$name" < "$PATCH" || exit 1
