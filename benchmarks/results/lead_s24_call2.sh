@@ -2,7 +2,7 @@
 # Twenty-fourth session, call 2 (issue 11): the validity k-step patch with the score multiply
 # as mul.rn.f32 (call 1 found the FMA contraction that changed its bits), by ab_patch.sh; if
 # adopted (bits equal, <= 0.995 of main's time), the runner gpu suite on the patched tree too.
-# Carry [".whl"]. The patch it ran is commit ee79231 before the renaming of its shared buffers
+# Carry [".whl"]. The patch it ran is commit a645048 before the renaming of its shared buffers
 # (SASS identical); the file left scripts/lab when adopted.
 set -u
 cd "$(dirname "$0")/../.."

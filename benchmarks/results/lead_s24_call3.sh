@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Twenty-fourth session, call 3 (issue 11): the adopted tree (the validity k-step, ee79231):
+# Twenty-fourth session, call 3 (issue 11): the adopted tree (the validity k-step, a645048):
 # the attention gpu suite, then `ds41_attention.bench` (default timing). Carry [".whl"].
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null

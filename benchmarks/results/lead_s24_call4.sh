@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Twenty-fourth session, call 4 (issue 11): Nsight Compute (full set) on the one-CTA kernel at
-# T = 1056 (8 waves) of the committed tree (the validity k-step, ee79231), with the
+# T = 1056 (8 waves) of the committed tree (the validity k-step, a645048), with the
 # per-partition stall summary, beside the twenty-third session's attention_s23_ncu_c1dec_1056_*
 # (its tree before the change). Carry [".whl"].
 set -u
