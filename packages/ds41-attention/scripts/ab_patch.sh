@@ -5,8 +5,12 @@
 # 1,64,132,1024,4096) in one process, launch hidden and default, best of three. If the bits
 # are equal and the patch is at most GAIN (default 0.995) of the tree's time at T = 1024 and
 # 4096 under both timings, it is applied to this copy of the tree and the attention gpu suite
-# runs on it (SUITE=0: never). Logs and JSON under $OUT (default /tmp/ab_patch), prefixed
-# with TAG (default NAME). Run from the device copy of the repository; carry [".whl"].
+# runs on it (SUITE=0: never), then the runner and integration gpu suites (RUNNER=1).
+# BITS=new: the patch changes the bits on purpose (e.g. another rounding of the softmax), so
+# the bits phase is skipped and adoption rests on the times; the gpu suite then checks the
+# patched kernels against float64 and their invariance (pair == one-CTA, a row alone == in
+# batches, graph == eager). Logs and JSON under $OUT (default /tmp/ab_patch), prefixed with
+# TAG (default NAME). Run from the device copy of the repository; carry [".whl"].
 set -u
 cd "$(dirname "$0")/../../.."
 : "${PATCH:?PATCH=packages/ds41-attention/scripts/lab/<name>.patch}"
@@ -17,9 +21,13 @@ rm -rf /tmp/ab && mkdir -p /tmp/ab
 cp -r packages/ds41-attention/src/ds41_attention "/tmp/ab/ds41_attention_$name"
 patch -s -p5 -d "/tmp/ab/ds41_attention_$name" < "$PATCH" || exit 1
 export AB_DIR=/tmp/ab TREES="main:ds41_attention,$name:ds41_attention_$name"
-PHASE=bits timeout -s KILL 150 python3 benchmarks/results/lead_s17_ab.py > "$R/${tag}_bits.log" 2>&1
-echo "bits rc=$?"
-nd=$(grep -c "BITS DIFFER" "$R/${tag}_bits.log"); echo "differ: $nd"; tail -1 "$R/${tag}_bits.log"
+if [ "${BITS:-same}" = new ]; then
+  nd=0; echo "bits phase skipped (BITS=new: the patch changes the bits)"
+else
+  PHASE=bits timeout -s KILL 150 python3 benchmarks/results/lead_s17_ab.py > "$R/${tag}_bits.log" 2>&1
+  echo "bits rc=$?"
+  nd=$(grep -c "BITS DIFFER" "$R/${tag}_bits.log"); echo "differ: $nd"; tail -1 "$R/${tag}_bits.log"
+fi
 ROWS=${ROWS:-1,64,132,1024,4096} PHASE=time OUT=$R timeout -s KILL 150 \
   python3 benchmarks/results/lead_s17_ab.py > "$R/${tag}_time.log" 2>&1
 echo "time rc=$?"
@@ -44,4 +52,10 @@ if [ "$adopt" = 1 ] && [ "${SUITE:-1}" = 1 ]; then
     packages/ds41-attention/tests > "$R/${tag}_gpu.log" 2>&1
   echo "attention rc=$?"
   grep -E "^(FAILED|ERROR)" "$R/${tag}_gpu.log" | head; tail -1 "$R/${tag}_gpu.log"
+  if [ "${RUNNER:-0}" = 1 ]; then
+    timeout -s KILL 200 python3 -m pytest -q -rfE -m gpu -n 4 -p no:cacheprovider \
+      packages/ds41-runner/tests tests > "$R/${tag}_runner_gpu.log" 2>&1
+    echo "runner rc=$?"
+    grep -E "^(FAILED|ERROR)" "$R/${tag}_runner_gpu.log" | head; tail -1 "$R/${tag}_runner_gpu.log"
+  fi
 fi
