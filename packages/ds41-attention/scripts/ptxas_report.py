@@ -32,9 +32,9 @@ POINTERS = {"q_ptr": "*i32", "w_ptr": "*u8", "w16_ptr": "*i16", "w32_ptr": "*i32
             "swa_ptr": "*i32", "swa_lens_ptr": "*i32", "c_ptr": "*u8", "c16_ptr": "*i16",
             "c32_ptr": "*i32", "comp_ptr": "*i32", "comp_lens_ptr": "*i32",
             "sink_ptr": "*fp32", "out_ptr": "*i32", "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
-            "part_ml_ptr": "*fp32", "scale": "fp32"}  # fmt: skip
+            "part_ml_ptr": "*fp32", "scale_log2": "fp32"}  # fmt: skip
 # integer arguments the launcher's values do not make divisible by 16
-NOT_DIV16 = {"H", "W", "K", "w_num_slots", "c_num_slots", "num_splits", "num_items", "scale"}
+NOT_DIV16 = {"H", "W", "K", "w_num_slots", "c_num_slots", "num_splits", "num_items", "scale_log2"}
 
 
 def signature(fn, constexprs: dict[str, int | bool]):

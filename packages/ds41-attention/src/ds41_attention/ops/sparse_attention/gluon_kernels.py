@@ -37,10 +37,12 @@ slot-table loads, waited for in the iteration that issued them, then bounded a t
   tile j so the tensor cores run during it; the last tile is peeled off the loop, so no
   product is issued after it; a 17th k-step of each product, Q's bias tile times the stage's,
   adds +0 for a valid key and -inf for an invalid one, so the softmax loads no validity:
-  H200, twenty-fourth session: 3.2-3.8% faster at every T, same bits, once the scale's
-  multiply is kept from contracting into the softmax's subtraction), the online softmax,
-  P (bf16) and the rescale factor into shared memory for consumer 1 (double buffered), P.V
-  over its half with P from registers; it writes lse and the denominators for consumer 1.
+  H200, twenty-fourth session: 3.2-3.8% faster at every T, same bits), the online softmax
+  in base 2 (the launcher passes the scale times log2(e), so a score's weight is one FMA and
+  one ex2: consumer 0's tile loop 537 -> 453 instructions; H200, twenty-fifth session: within
+  1% at T >= 132, 0.5-5% faster in the pair kernel), P (bf16) and the rescale factor into
+  shared memory for consumer 1 (double buffered), P.V over its half with P from registers;
+  it writes lse and the denominators for consumer 1.
 - consumer 1 (4 warps, channels [256, 512)): decodes channels [256, 512) of tile j + KS - 1
   (loads the slot's bytes once the producer says they landed, hands the slot back, waits
   for the K stage, decodes, arrives on the stage's filled mbarrier), then for tile j the
@@ -84,6 +86,8 @@ drops, stage counts) for A/B runs; the previous kernel is `scripts/gluon_v1.py` 
 1de3a18.
 """
 
+import math
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -119,6 +123,8 @@ NRAW = gl.constexpr(GLUON_RAW_STAGES)
 # A tile's 32 keys are decoded in one step per half of D: measured 3-5% faster than two 16-key
 # steps (more independent work for the producer's one warp per scheduler; H200
 # attention_s7_call2)
+LOG2E = gl.constexpr(math.log2(math.e))
+LN2 = gl.constexpr(math.log(2.0))
 C1_REGS = gl.constexpr(184)
 PRODUCER_REGS = gl.constexpr(112)
 
@@ -614,7 +620,7 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbia
         comp_lens_ptr,
         K,
         _sink_ptr,
-        _scale,
+        _scale_log2,
         _out_ptr,
         _stride_ot,
         _stride_oh,
@@ -736,27 +742,38 @@ def _qk_masked(q_smem, k_smem, qbias_smem, kbias_smem, js, mma_s: gl.constexpr):
 
 
 @gluon.jit
-def _softmax(s, kval, m_i, l_i, scale, mma_s: gl.constexpr):
-    """Online softmax of one tile: (P bf16, rescale factor, new max, new sum). `kval` None:
-    the invalid keys already score -inf (`_qk_masked`)."""
-    if kval is None:
-        # rounded before the shift by the max, as the select does on the other branch: a plain
-        # multiply would contract with that subtraction into one FMA and change the bits
-        s = _mul_rn(s, gl.full_like(s, scale))
-    else:
+def _softmax(s, kval, m_i, l_i, scale_log2, mma_s: gl.constexpr):
+    """Online softmax of one tile in base 2: (P bf16, rescale factor, new max, new sum). The
+    running max is in units of log2: m = max(S) * scale_log2 (the softmax scale times
+    log2(e)), so P = 2^(S scale_log2 - m) is one FMA and one ex2 a score. `kval` None: the
+    invalid keys already score -inf (`_qk_masked`)."""
+    if kval is not None:
         ok_j = kval.load(gl.SliceLayout(0, mma_s)) != 0
-        s = gl.where(ok_j[None, :], s * scale, -float("inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1))
+        s = gl.where(ok_j[None, :], s, -float("inf"))
+    # rounding is monotone, so max(S) * c is the max of the rounded S * c: one multiply a head
+    m_new = gl.maximum(m_i, gl.max(s, 1) * scale_log2)
     # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
     m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)
-    alpha = gl.exp(m_i - m_safe)
-    p = gl.exp(s - m_safe[:, None])
+    alpha = gl.exp2(m_i - m_safe)
+    p = gl.exp2(gl.fma(s, gl.full_like(s, scale_log2), -m_safe[:, None]))
     l_new = l_i * alpha + gl.sum(p, 1)
     return p.to(gl.bfloat16), alpha, m_new, l_new
 
 
 @gluon.jit
-def _softmax_handoff(s, j, kval, p_smem, x_smem, bars, m_i, l_i, scale, mma_s: gl.constexpr,
+def _sink_denom_lse(m_i, l_i, sink):
+    """The softmax's end for a head: (denominator with the sink, natural-log lse), from the
+    base-2 running max m_i and sum l_i; a head with no valid key gets (0, -inf)."""
+    has = m_i > -float("inf")
+    m_safe = gl.where(has, m_i, 0.0)
+    denom = gl.where(has, l_i + gl.exp2(gl.fma(sink, gl.full_like(sink, LOG2E), -m_safe)), 0.0)
+    lse = gl.where(has, (m_safe + gl.log2(gl.where(has, l_i, 1.0))) * LN2, -float("inf"))
+    return denom, lse
+
+
+@gluon.jit
+def _softmax_handoff(s, j, kval, p_smem, x_smem, bars, m_i, l_i, scale_log2,
+                     mma_s: gl.constexpr,
                      mma_o: gl.constexpr, PF: gl.constexpr,
                      ASYNC_READER: gl.constexpr):  # fmt: skip
     """Consumer 0's online softmax of its tile j and the hand-off of P (bf16) and the rescale
@@ -764,7 +781,7 @@ def _softmax_handoff(s, j, kval, p_smem, x_smem, bars, m_i, l_i, scale, mma_s: g
     factor in the accumulator's row layout, new max, new sum). A reader that takes P by wgmma
     from shared memory (the async proxy; ASYNC_READER) needs the proxy fence, one that loads
     it into registers does not."""
-    p16, alpha, m_i, l_i = _softmax(s, kval, m_i, l_i, scale, mma_s)
+    p16, alpha, m_i, l_i = _softmax(s, kval, m_i, l_i, scale_log2, mma_s)
     ps = j % 2
     mbarrier.wait(bars.index(PF + 2 + ps), ((j // 2) & 1) ^ 1, pred=j >= 2)
     p_smem.index(ps).store(p16)
@@ -803,7 +820,7 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
         comp_lens_ptr,
         K,
         sink_ptr,
-        scale,
+        scale_log2,
         out_ptr,
         stride_ot,
         stride_oh,
@@ -842,7 +859,7 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
         mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1)
         s_tok = _qk_masked(q_smem, k_smem, qbias_smem, kbias_smem, jn, mma_s)
         p16, alpha_o, m_i, l_i = _softmax_handoff(s_cur, j, None, p_smem, x_smem,
-                                                  bars, m_i, l_i, scale, mma_s, mma_o, PF,
+                                                  bars, m_i, l_i, scale_log2, mma_s, mma_o, PF,
                                                   False)  # fmt: skip
         tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
                             acc * alpha_o[:, None], is_async=True)  # fmt: skip
@@ -853,7 +870,7 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
     jl = n - 1
     js = jl % KS
     p16, alpha_o, m_i, l_i = _softmax_handoff(s_cur, jl, None, p_smem, x_smem,
-                                              bars, m_i, l_i, scale, mma_s, mma_o, PF,
+                                              bars, m_i, l_i, scale_log2, mma_s, mma_o, PF,
                                               False)  # fmt: skip
     tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
                         acc * alpha_o[:, None], is_async=True)  # fmt: skip
@@ -864,33 +881,24 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
     oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
     omask = oheads < H
     if SPLIT:
-        # the slice's partial state for the combine kernel: (m, l) and acc, unnormalized
+        # the slice's partial state for the combine kernel: (m, l) with m in natural-log
+        # units (the combine's), and acc, unnormalized
         pidx = (t * H + oheads) * num_splits + gl.program_id(2)
-        gl.store(part_ml_ptr + pidx * 2, m_i, mask=omask)
+        gl.store(part_ml_ptr + pidx * 2, m_i * LN2, mask=omask)
         gl.store(part_ml_ptr + pidx * 2 + 1, l_i, mask=omask)
         _store_part(acc, part_o_ptr, t, H, hb, num_splits, 0, mma_o)
     else:
         # sink in the denominator only; the denominator to consumer 1
-        has = m_i > -float("inf")
-        m_safe_o = gl.where(has, m_i, 0.0)
         sink = gl.load(sink_ptr + oheads, mask=omask, other=0.0)
-        denom = gl.where(has, l_i + gl.exp(sink - m_safe_o), 0.0)
+        denom, lse = _sink_denom_lse(m_i, l_i, sink)
         x_smem.index(2).store(denom)
         gl.thread_barrier()
         mbarrier.arrive(bars.index(PF + 4), count=1)
-        lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
         gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
         # Q half 0 stages the output: this warpgroup's products have all completed
         _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), q_smem.index(0),
                    out_ptr, t, stride_ot, stride_oh, hb, H, 0)  # fmt: skip
     return (m_i,)
-
-
-@gluon.jit
-def _mul_rn(x, y):
-    """x * y rounded to fp32 (mul.rn.f32, which is never contracted into an FMA)."""
-    return gl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [x, y],
-                                     dtype=gl.float32, is_pure=True, pack=1)  # fmt: skip
 
 
 @gluon.jit
@@ -964,7 +972,7 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
         comp_lens_ptr,
         K,
         _sink_ptr,
-        _scale,
+        _scale_log2,
         out_ptr,
         stride_ot,
         stride_oh,
@@ -1024,7 +1032,7 @@ def _gluon_sparse_attn_kernel(
     swa_ptr, stride_swa_t, swa_lens_ptr, W,
     c_ptr, c_page_stride, c_page_size: gl.constexpr, c_num_slots,
     comp_ptr, stride_comp_t, comp_lens_ptr, K,
-    sink_ptr, scale,
+    sink_ptr, scale_log2,
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # bf16 out
     H,
     part_o_ptr, part_ml_ptr, num_splits,  # SPLIT: fp32 [T, H, splits, D], [T, H, splits, 2]
@@ -1077,7 +1085,7 @@ def _gluon_sparse_attn_kernel(
     c_ps = gl.full([], c_page_size, gl.int32)
     a = (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_ps, w_num_slots, swa_ptr,
          stride_swa_t, swa_lens_ptr, W, c_ptr, c_page_stride, c_ps, c_num_slots,
-         comp_ptr, stride_comp_t, comp_lens_ptr, K, sink_ptr, scale, out_ptr, stride_ot,
+         comp_ptr, stride_comp_t, comp_lens_ptr, K, sink_ptr, scale_log2, out_ptr, stride_ot,
          stride_oh, lse_ptr, stride_lt, H, part_o_ptr, part_ml_ptr, num_splits)  # fmt: skip
     gl.warp_specialize(
         [

@@ -58,6 +58,7 @@ from .gluon_kernels import (
     _p_bars,
     _raw_words,
     _row_lengths,
+    _sink_denom_lse,
     _softmax_handoff,
     _store_out,
     _tile_slots,
@@ -240,7 +241,7 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_sme
               XBASE: gl.constexpr):  # fmt: skip
     (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_page_size, w_num_slots, swa_ptr,
      stride_swa_t, swa_lens_ptr, W, c_ptr, c_page_stride, c_page_size, c_num_slots, comp_ptr,
-     stride_comp_t, comp_lens_ptr, K, _sink_ptr, _scale, _out_ptr, _stride_ot, _stride_oh,
+     stride_comp_t, comp_lens_ptr, K, _sink_ptr, _scale_log2, _out_ptr, _stride_ot, _stride_oh,
      _lse_ptr, _stride_lt, H) = a  # fmt: skip
     _cluster_sync()
     HAS_COMP: gl.constexpr = C_FMT != 3
@@ -322,7 +323,7 @@ def _consumer_qk(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
     warpgroup, lse (CTA 0) and the denominators."""
     (_q_ptr, _stride_qt, _stride_qh, _w_ptr, _w_page_stride, _w_page_size, _w_num_slots,
      _swa_ptr, _stride_swa_t, swa_lens_ptr, W, _c_ptr, _c_page_stride, _c_page_size,
-     _c_num_slots, _comp_ptr, _stride_comp_t, comp_lens_ptr, K, sink_ptr, scale, _out_ptr,
+     _c_num_slots, _comp_ptr, _stride_comp_t, comp_lens_ptr, K, sink_ptr, scale_log2, _out_ptr,
      _stride_ot, _stride_oh, lse_ptr, stride_lt, H) = a  # fmt: skip
     _cluster_sync()
     HAS_COMP: gl.constexpr = C_FMT != 3
@@ -353,7 +354,7 @@ def _consumer_qk(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
         _wait(XBASE + jn * 8, ((j + 1) // KS) & 1)
         s_tok = _qk_reg(q0, q1, k_smem, jn, mma_s)
         _p16, _alpha, m_i, l_i = _softmax_handoff(s_cur, j, kval_smem.index(js), p_smem, x_smem,
-                                                  bars, m_i, l_i, scale, mma_s, mma_o, PF,
+                                                  bars, m_i, l_i, scale_log2, mma_s, mma_o, PF,
                                                   True)  # fmt: skip
         s_cur = warpgroup_mma_wait(0, deps=[s_tok])
         gl.thread_barrier()
@@ -361,21 +362,18 @@ def _consumer_qk(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
     jl = n - 1
     js = jl % KS
     _p16, _alpha, m_i, l_i = _softmax_handoff(s_cur, jl, kval_smem.index(js), p_smem, x_smem,
-                                              bars, m_i, l_i, scale, mma_s, mma_o, PF,
+                                              bars, m_i, l_i, scale_log2, mma_s, mma_o, PF,
                                               True)  # fmt: skip
     gl.thread_barrier()
     _on_barrier(_RELEASE_BOTH, XBASE + (KS + js) * 8, 0)
     # sink in the denominator only; the denominators to the P.V warpgroup
     oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
     omask = oheads < H
-    has = m_i > -float("inf")
-    m_safe_o = gl.where(has, m_i, 0.0)
     sink = gl.load(sink_ptr + oheads, mask=omask, other=0.0)
-    denom = gl.where(has, l_i + gl.exp(sink - m_safe_o), 0.0)
+    denom, lse = _sink_denom_lse(m_i, l_i, sink)
     x_smem.index(2).store(denom)
     gl.thread_barrier()
     mbarrier.arrive(bars.index(PF + 4), count=1)
-    lse = gl.where(has, m_safe_o + gl.log(gl.where(has, l_i, 1.0)), -float("inf"))
     gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask & (rank == 0))
     _cluster_sync()
 
@@ -387,7 +385,7 @@ def _consumer_pv(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kval_smem, p_
     """P.V over this CTA's channels with P and the rescale factor from the Q.K^T warpgroup."""
     (_q_ptr, _stride_qt, _stride_qh, _w_ptr, _w_page_stride, _w_page_size, _w_num_slots,
      _swa_ptr, _stride_swa_t, swa_lens_ptr, W, _c_ptr, _c_page_stride, _c_page_size,
-     _c_num_slots, _comp_ptr, _stride_comp_t, comp_lens_ptr, K, _sink_ptr, _scale, out_ptr,
+     _c_num_slots, _comp_ptr, _stride_comp_t, comp_lens_ptr, K, _sink_ptr, _scale_log2, out_ptr,
      stride_ot, stride_oh, _lse_ptr, _stride_lt, H) = a  # fmt: skip
     _cluster_sync()
     HAS_COMP: gl.constexpr = C_FMT != 3
@@ -427,7 +425,7 @@ def _gluon_pair_attn_kernel(
     swa_ptr, stride_swa_t, swa_lens_ptr, W,
     c_ptr, c_page_stride, c_page_size: gl.constexpr, c_num_slots,
     comp_ptr, stride_comp_t, comp_lens_ptr, K,
-    sink_ptr, scale,
+    sink_ptr, scale_log2,
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # bf16 out
     H,
     W_FMT: gl.constexpr, C_FMT: gl.constexpr, XBASE: gl.constexpr, GDC: gl.constexpr = False,
@@ -468,7 +466,7 @@ def _gluon_pair_attn_kernel(
     c_ps = gl.full([], c_page_size, gl.int32)
     a = (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_ps, w_num_slots, swa_ptr,
          stride_swa_t, swa_lens_ptr, W, c_ptr, c_page_stride, c_ps, c_num_slots,
-         comp_ptr, stride_comp_t, comp_lens_ptr, K, sink_ptr, scale, out_ptr, stride_ot,
+         comp_ptr, stride_comp_t, comp_lens_ptr, K, sink_ptr, scale_log2, out_ptr, stride_ot,
          stride_oh, lse_ptr, stride_lt, H)  # fmt: skip
     # (the partitions' argument tuples are written out: a tuple assigned to a variable would
     # turn the constexprs in it into tensors)
