@@ -5,7 +5,7 @@
 # the pair kernel's Q.K^T warpgroup 365 -> 281, offline, no spills), by ab_patch.sh with
 # BITS=new (the rounding changes, so adoption rests on the times, then the attention gpu
 # suite checks float64 bounds and invariance on the patched tree) and the runner suites.
-# Carry [".whl"].
+# The patch is commit 4be87f4 (the file left scripts/lab when it was adopted). Carry [".whl"].
 set -u
 cd "$(dirname "$0")/../.."
 PATCH=packages/ds41-attention/scripts/lab/softmax_base2.patch NAME=b2 TAG=s25c1 BITS=new \
