@@ -44,7 +44,9 @@ def _call(a, **kw):
         (6, lambda a: a[6][None], ValueError, r"comp_lens must have shape \[3\]"),
         (7, lambda a: a[7].double(), TypeError, "sink must be a float32"),
         (7, lambda a: a[7][:3], ValueError, r"sink must have shape \[4\]"),
-        (8, lambda a: float("nan"), ValueError, "scale must be a finite float"),
+        (8, lambda a: float("nan"), ValueError, "scale must be a positive finite float"),
+        (8, lambda a: 0.0, ValueError, "scale must be a positive finite float"),
+        (8, lambda a: -0.125, ValueError, r"float \(e.g. D \*\* -0.5\), got -0.125"),
         (5, lambda a: None, ValueError, "given together"),
     ],
 )

@@ -126,8 +126,9 @@ def validate_inputs(
         raise ValueError(f"sink must be on {device} (the device of q), got {sink.device}")
     if sink.stride(0) != 1 and h > 1:
         raise ValueError("sink must be contiguous")
-    if not isinstance(scale, (float, int)) or not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite float, got {scale!r}")
+    # > 0: a softmax temperature (the Hopper kernels take the running max as max(S) * scale)
+    if not isinstance(scale, (float, int)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a positive finite float (e.g. D ** -0.5), got {scale!r}")
     if not check_values:
         return
     if q.numel() > 0 and not bool(torch.isfinite(q).all()):
@@ -162,8 +163,8 @@ def sparse_attention(
     `PagedCache` of width D; swa_slots: int32 [T, W] (-1 = skip), swa_lens: int32 [T] (only
     the first len slots of a row count); comp_cache (mxfp8, nvfp4 or bf16) / comp_slots int32
     [T, K] / comp_lens int32 [T]: all three or none; sink: f32 [H] (unscaled, denominator
-    only); scale: the softmax scale of q . kv. Entries are decoded inside the kernel from the
-    paged records and shared by all heads (K = V = latent).
+    only); scale: the softmax scale of q . kv (> 0). Entries are decoded inside the kernel
+    from the paged records and shared by all heads (K = V = latent).
 
     Returns (out bf16 [T, H, D], lse f32 [T, H]); lse excludes the sink; a row with no valid
     entry gives zeros and lse = -inf. `batch_invariant=True`: every row's bits are a function
