@@ -750,7 +750,8 @@ def _softmax(s, kval, m_i, l_i, scale_log2, mma_s: gl.constexpr):
     if kval is not None:
         ok_j = kval.load(gl.SliceLayout(0, mma_s)) != 0
         s = gl.where(ok_j[None, :], s, -float("inf"))
-    # rounding is monotone, so max(S) * c is the max of the rounded S * c: one multiply a head
+    # rounding is monotone, so max(S) * scale_log2 is the max of the rounded products: one
+    # multiply a head
     m_new = gl.maximum(m_i, gl.max(s, 1) * scale_log2)
     # a head with no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
     m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)

@@ -5,7 +5,6 @@ the invariant path and of the fast (split-KV) path."""
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 from typing import Any
 
@@ -75,6 +74,8 @@ def kernel_args(
     """The positional arguments of `_gluon_sparse_attn_kernel` up to `H` and its format
     constexprs (also used by the lab variants in scripts/). The kernels take the softmax
     scale times log2(e) (`scale_log2`), rounded once to fp32 from the double product."""
+    from .gluon_kernels import LOG2E
+
     if q.stride(2) != 1 or q.stride(1) % 2 or q.stride(0) % 2 or q.data_ptr() % 16:
         q = q.contiguous()
     w_fmt = int(KvFormat.from_name(window_cache.fmt))
@@ -89,7 +90,7 @@ def kernel_args(
         window_cache.storage, window_cache.page_stride, window_cache.page_size,
         window_cache.num_slots, swa_slots, swa_slots.stride(0), swa_lens, swa_slots.shape[1],
         cc.storage, cc.page_stride, cc.page_size, cc.num_slots, cs, cs.stride(0), cl, cs.shape[1],
-        sink, float(scale) * math.log2(math.e),  # the kernels' softmax runs in base 2
+        sink, float(scale) * LOG2E.value,  # the kernels' softmax runs in base 2
         out, out.stride(0), out.stride(1), lse, lse.stride(0),
         q.shape[1],
     ]  # fmt: skip
