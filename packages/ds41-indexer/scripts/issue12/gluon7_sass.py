@@ -6,7 +6,8 @@ prints registers, spills, shared memory, ptxas warnings and the SASS of every lo
 instruction counts per iteration and thread, by opcode).
 
     python packages/ds41-indexer/scripts/issue12/gluon7_sass.py [--module PATH] [--maxnreg R]
-        [--set NAME=VALUE ...] [--sass FILE]
+        [--set NAME=VALUE ...] [--sass FILE] [--ttgir FILE]
+        [--ptx FILE]
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def main() -> None:
     ap.add_argument("--maxnreg", type=int, default=None)
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--sass", default=None)
+    ap.add_argument("--ttgir", default=None, help="write the kernel's TTGIR here")
+    ap.add_argument("--ptx", default=None, help="write the kernel's PTX here")
     a = ap.parse_args()
     if a.module:
         spec = importlib.util.spec_from_file_location("lab_kernel", a.module)
@@ -117,6 +120,10 @@ def main() -> None:
     if a.sass:
         with open(a.sass, "w") as g:
             g.write(sass)
+    for path, key in ((a.ttgir, "ttgir"), (a.ptx, "ptx")):
+        if path:
+            with open(path, "w") as g:
+                g.write(c.asm[key])
     print(f"maxnreg {maxnreg} shared {c.metadata.shared} warps {c.metadata.num_warps}")
     keep = ("Used", "arn", "erial", "spill")
     lines = [x[:160] for x in pv.stderr.splitlines() if any(k in x for k in keep)]
