@@ -32,16 +32,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import timeline  # noqa: E402
 
-PRODUCER_WARPS = 4
+PRODUCER_WARPS = (4,)
 
 
-def producer4_source(src: str | None = None) -> str:
-    """The production kernel's source with a 4-warp producer (layouts, the ready barrier's
-    count, the partition's warps)."""
+def producer4_source(src: str | None = None, pw: int = 4) -> str:
+    """The production kernel's source with a `pw`-warp producer (2 or 4: layouts, the ready
+    barrier's count, the partition's warps)."""
+    if pw not in (2, 4):
+        raise ValueError(f"pw must be 2 or 4, got {pw}")
     if src is None:
         src = timeline.production_source()
     e = timeline._edit
-    pw = PRODUCER_WARPS
     # the page list and a tile's page: one value a thread over the warpgroup
     src = e(
         src,
@@ -167,17 +168,21 @@ def sched_probe(programs: int = 528) -> dict[str, object]:
     return rep
 
 
-def run(sizes: list[tuple[int, int]], iters: int) -> list[dict[str, object]]:
+def run(sizes: list[tuple[int, int]], iters: int,
+        warps: tuple[int, ...] = PRODUCER_WARPS) -> list[dict[str, object]]:  # fmt: skip
     import torch
 
     dev = torch.device("cuda")
-    lab = timeline.lab_module(src=producer4_source(), name="producer4")[0]
+    mods = {w: timeline.lab_module(src=producer4_source(pw=w), name=f"producer{w}")[0]
+            for w in warps}  # fmt: skip
     report = []
     for t, ctx in sizes:
         args = timeline.bench_inputs(t, ctx)
         ref = torch.full((t, ctx), float("nan"), device=dev)
-        labs = [("lab producer4", partial(timeline.launch_lab_copy, lab, args))]
-        row: dict[str, object] = {"rows": t, "context": ctx}
+        _spans, cfg, _grid = timeline.lab_shape(t, ctx)
+        labs = [(f"lab producer{w}", partial(timeline.launch_lab_copy, m, args))
+                for w, m in mods.items()]  # fmt: skip
+        row: dict[str, object] = {"rows": t, "context": ctx, "config": list(cfg)}
         row.update(timeline.time_variants(args, ref, iters, labs))
         report.append(row)
         print(json.dumps(row), flush=True)
@@ -192,7 +197,7 @@ def launch_both(t: int, ctx: int) -> None:
     import torch
 
     lab = timeline.lab_module(src=producer4_source(), name="producer4")[0]
-    args = timeline.bench_inputs(t, ctx)
+    args = timeline.bench_inputs(t, ctx)  # the 4-warp copy
     out = torch.empty((t, ctx), device="cuda")
     from ds41_indexer.ops.logits import gluon_launch as gl_launch
 
@@ -211,6 +216,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="64x32768,32x32768,16x32768,256x32768,64x131072,"
                     "1x131072,64x1048576,256x1048576")  # fmt: skip
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warps", default="4", help="producer warps of the lab copies: 2,4")
     ap.add_argument("--json", default=None)
     ap.add_argument("--launch-both", default=None, help="ROWSxCONTEXT: for a profiler")
     a = ap.parse_args()
@@ -224,7 +230,8 @@ def main() -> None:
         print(json.dumps(rep["sched"], indent=1), flush=True)
     if a.run:
         sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
-        rep["sizes"] = run(sizes, a.iters)  # type: ignore[arg-type]
+        warps = tuple(int(w) for w in a.warps.split(","))
+        rep["sizes"] = run(sizes, a.iters, warps)  # type: ignore[arg-type]
         timeline.print_lab_table(rep["sizes"], "producer4", (" bitwise",))  # type: ignore[arg-type]
     if a.json:
         with open(a.json, "w") as f:

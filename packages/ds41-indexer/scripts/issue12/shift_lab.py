@@ -1,0 +1,99 @@
+"""Issue 12, twenty-sixth session: the producer's ring arithmetic as masks and shifts.
+
+The production logits kernel (`ops/logits/gluon_kernels.py`) takes a tile's ring stage and
+barrier phase as `i % STAGES` and `(i // STAGES) & 1`, and its span as `i // SPAN`. `i` is a
+signed int32, so LLVM keeps the sign fix-ups of a signed division (for `i - 1` in the
+producer's finish step it narrows them to 8 and 16 bits: a dozen uniform instructions a tile).
+The tile index is never negative and STAGES and SPAN are powers of two, so `i & (STAGES - 1)`,
+`i >> log2(STAGES)` and `i >> log2(SPAN)` are the same values: the producer's tile loop goes
+from 158 to 146 instructions (offline, sm_90a, 64 tiles, no group maxima), the consumer's is
+unchanged. The logits must be the production kernel's bits (checked at every size).
+
+    python packages/ds41-indexer/scripts/issue12/shift_lab.py --compile
+    python packages/ds41-indexer/scripts/issue12/shift_lab.py --run [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from functools import partial
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import timeline  # noqa: E402
+
+
+def shift_source(src: str | None = None) -> str:
+    """The production kernel's source with the ring's stage, phase and span indices as masks
+    and shifts."""
+    if src is None:
+        src = timeline.production_source()
+    e = timeline._edit
+    anchor = "\n\n@gluon.constexpr_function\ndef _raw_layout():"
+    log2 = "\n\n@gluon.constexpr_function\ndef _log2(n):\n    return n.bit_length() - 1\n"
+    src = e(src, anchor, log2 + anchor)
+    src = e(src, "    s = i % STAGES\n", "    s = i & (STAGES - 1)\n", count=2)
+    src = e(src, "((i // STAGES) & 1) ^ 1", "((i >> _log2(STAGES)) & 1) ^ 1")
+    src = e(src, "<< (i // SPAN))", "<< (i >> _log2(SPAN)))")
+    src = e(
+        src,
+        "mbarrier.wait(ready.index(s), (i // STAGES) & 1)",
+        "mbarrier.wait(ready.index(s), (i >> _log2(STAGES)) & 1)",
+    )
+    return src
+
+
+def compile_offline() -> None:
+    import gluon7_sass
+
+    _mod, path = timeline.lab_module(src=shift_source(), name="shift_offline")
+    for tiles in ("64", "16"):
+        sys.argv = ["gluon7_sass.py", "--module", path, "--set", f"TILES={tiles}",
+                    "--set", "HAS_GMAX=False"]  # fmt: skip
+        gluon7_sass.main()
+
+
+def run(sizes: list[tuple[int, int]], iters: int) -> list[dict[str, object]]:
+    import torch
+
+    dev = torch.device("cuda")
+    lab = timeline.lab_module(src=shift_source(), name="shift")[0]
+    report = []
+    for t, ctx in sizes:
+        args = timeline.bench_inputs(t, ctx)
+        ref = torch.full((t, ctx), float("nan"), device=dev)
+        labs = [("lab shift", partial(timeline.launch_lab_copy, lab, args))]
+        row: dict[str, object] = {"rows": t, "context": ctx}
+        row.update(timeline.time_variants(args, ref, iters, labs))
+        report.append(row)
+        print(json.dumps(row), flush=True)
+        del args, ref
+        torch.cuda.empty_cache()
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--run", action="store_true")
+    ap.add_argument("--sizes", default="64x32768,64x32768,64x32768,32x32768,256x32768,"
+                    "64x131072,1x131072,64x1048576")  # fmt: skip
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    if a.compile:
+        compile_offline()
+    if a.run:
+        sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
+        rep = run(sizes, a.iters)  # type: ignore[arg-type]
+        timeline.print_lab_table(rep, "shift", (" bitwise",))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(rep, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
