@@ -20,18 +20,24 @@ records the path of each span (1 fp16, 2 general) for the tests.
 
 Structure (warp specialized; why: the Triton loop is bound by its serial per-tile chain of
 cp.async waits, barriers and waited tensor-core groups, not by memory or the decode):
-- producer (1 warp): first the page of every tile of the program (one block-table load for all
-  of them, kept in shared memory: no tile's requests wait on a global load); then per tile,
-  waits for a free ring stage, then one cp.async gather of the tile's 4,096 key bytes (one
-  page block: a tile lies in one page) into the stage, completing on the stage's mbarrier (one
-  asynchronous arrival per thread); the tile's 256 scale bytes are loaded into its registers
-  (2 keys a lane) at the same time. Then, for the previous tile, per
+- producer (1 warp beside one consumer warpgroup, a warpgroup beside two: `_producer_warps`;
+  the same values either way): first the page of every tile of the program (one block-table
+  load for all of them, kept in shared memory: no tile's requests wait on a global load); then
+  per tile, waits for a free ring stage, then one cp.async gather of the tile's 4,096 key bytes
+  (one page block: a tile lies in one page) into the stage, completing on the stage's mbarrier
+  (one asynchronous arrival per thread); the tile's 256 scale bytes are loaded into its
+  registers (2 keys a lane on one warp, a key a lane pair on four) at the same time. Then, for
+  the previous tile, per
   key: the four fp16x2 block factors 2^(d + 15) (d = scale byte - the key's largest byte mk,
   built as fp32 exponent bits and converted to fp16: exact on the fast path's range, the Triton
   kernel's factor), the key's fp32 factor 2^(clamp(mk, 10, 250) - 136) and the span's range
   test on its visible keys (`_span_in_fast_range`), once a key where the 4 consumer lanes
   sharing a key's row would each do it; the factors go into the stage beside the key bytes and
-  the producer arrives on the stage's mbarrier once more (33 arrivals). The range bits stay in
+  the producer arrives on the stage's mbarrier once more (32 x warps + 1 arrivals). The
+  ring's stage, phase and span of tile i are `i & (STAGES - 1)`, `i >> log2(STAGES)` and
+  `i >> log2(SPAN)`: the tile index is never negative, and the signed `%` and `//` kept sign
+  fix-ups (the producer's tile loop 158 -> 146 instructions; H200, twenty-sixth session: 64 x
+  32K 0.5-0.7% faster, 32 x 32K 3.6%). The range bits stay in
   its registers and reach consumer 0 once, at the end (shared memory and an mbarrier).
   Tiles past the row's visible entries or with a page outside the cache are masked (zero-fill,
   nothing read). The key bytes land swizzled (16-byte block b of entry e in slot
@@ -88,7 +94,7 @@ GLUON_BLOCK_N = 64
 GLUON_SPAN = 16  # tiles per fast/general decision (the Triton kernel's TILES)
 GLUON_STAGES = 4  # ring stages (5,376 bytes each: key bytes, factor words, key factors)
 GLUON_NUM_WARPS = 4
-# Registers: every thread of the 8 warps (the 1-warp producer occupies a warpgroup) is capped
+# Registers: every thread of the 8 warps (a 1-warp producer occupies a warpgroup) is capped
 # at GLUON_MAXNREG, the producer drops to PRODUCER_REGS and the consumer gets the rest (2 *
 # 64 - 24 = 104, no spills), so 65,536 / (256 * GLUON_MAXNREG) = 4 programs fit an SM (80: 3
 # programs, 6-7% slower on the H200; 96 with 3 stages: 2 programs, ~35% slower).
@@ -104,6 +110,41 @@ SPAN = gl.constexpr(GLUON_SPAN)
 DI = gl.constexpr(128)  # channels (MXFP4: 64 data bytes and 4 scale bytes per entry)
 ROW_WORDS = gl.constexpr(16)  # int32 words of one entry's data
 BF16_MAX = gl.constexpr(3.3895313892515355e38)  # finite logits saturate here in bf16 output
+
+
+@gluon.constexpr_function
+def _log2(n):
+    return n.bit_length() - 1
+
+
+@gluon.constexpr_function
+def _producer_warps(nc):
+    """The producer's warps beside NC consumer warpgroups: one beside one (four programs an
+    SM, whose issue slots every instruction shares: the fewest instructions win; a warpgroup
+    there is 11-13% slower), a warpgroup beside two (two programs an SM, bound by each
+    program's latency: 2 copies and one key's factors a thread, 7-9% faster at one to four
+    rows than one warp; H200, twenty-sixth session)."""
+    return 1 if nc == 1 else 4
+
+
+@gluon.constexpr_function
+def _copy_layout(pw):
+    # int32 [64 entries, 16 words] of key bytes: 16-byte copies, 8 a thread on one warp
+    return gl.BlockedLayout([1, 4], [8, 4], [pw, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _scale_layout(pw):
+    # int32 [64 keys, 4 scale bytes]: 2 keys a lane on one warp, a key a lane pair on four
+    if pw == 1:
+        return gl.BlockedLayout([2, 4], [32, 1], [1, 1], [1, 0])
+    return gl.BlockedLayout([1, 2], [16, 2], [pw, 1], [1, 0])
+
+
+@gluon.constexpr_function
+def _replicated_layout(pw):
+    # a one-element tensor every thread of the producer holds (no lane or warp reduces it)
+    return gl.DistributedLinearLayout([], [[0]] * 5, [[0]] * _log2(pw), [], [1])
 
 
 @gluon.constexpr_function
@@ -245,12 +286,13 @@ def _row_state(req_ptr, pos_ptr, ratio, n_req, bt_stride_r):
 
 @gluon.jit
 def _program_pages(page_smem, bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, bt_cols,
-                   num_pages, PAGE_SIZE: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
+                   num_pages, PAGE_SIZE: gl.constexpr, TILES: gl.constexpr,
+                   PW: gl.constexpr):  # fmt: skip
     """Producer: the page of each of the program's TILES tiles into page_smem, -1 for a tile
     with no visible entry or whose page is outside the cache (a tile lies in one page:
     PAGE_SIZE and entry_base are multiples of 64). One block-table load for all tiles, so no
     tile waits for a global load before its key bytes are requested."""
-    tl_lay: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    tl_lay: gl.constexpr = gl.BlockedLayout([1], [32], [PW], [0])
     c0 = c_first + gl.arange(0, TILES, layout=tl_lay) * BLOCK_N
     col = (entry_base + c0) // PAGE_SIZE
     live = (c0 < n_cols) & (entry_base + c0 < n_vis) & (col < bt_cols)
@@ -262,10 +304,9 @@ def _program_pages(page_smem, bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, 
 
 
 @gluon.jit
-def _tile_page(page_smem, i):
+def _tile_page(page_smem, i, PW: gl.constexpr):
     """(page clamped to >= 0, whether tile i is read) from `_program_pages`."""
-    one: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-    page = gl.max(page_smem.index(i).load(one), axis=0)
+    page = gl.max(page_smem.index(i).load(_replicated_layout(PW)), axis=0)
     return gl.maximum(page, 0).to(gl.int64), page >= 0
 
 
@@ -276,12 +317,12 @@ def _pf_issue(i, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empt
     """Producer, tile i (its page and whether it is read, from `_tile_page`): its scale
     words into registers (returned; not waited for), then, once the stage is free, the cp.async
     gather of its key bytes (arriving on `ready`)."""
-    s = i % STAGES
+    s = i & (STAGES - 1)
     c0 = c_first + i * BLOCK_N
     off = (entry_base + c0) % PAGE_SIZE
     base = page * pw
     sw = gl.load(wptr + (base + PAGE_SIZE * ROW_WORDS + off) + keys, mask=ok, other=0)
-    mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1, pred=i >= STAGES)
+    mbarrier.wait(empty.index(s), ((i >> _log2(STAGES)) & 1) ^ 1, pred=i >= STAGES)
     dptr = wptr + (base + off * ROW_WORDS) + rows[:, None] * ROW_WORDS + words[None, :]
     mask = gl.full([BLOCK_N, ROW_WORDS], 1, gl.int1, dl) & ok
     async_copy.async_copy_global_to_shared(data_smem.index(s), dptr, mask=mask)
@@ -296,7 +337,7 @@ def _pf_finish(i, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
     key factors into the stage, the range bits into `pbad` (returned), then the producer's
     arrival on the stage's `ready` barrier: once a key, where the 4 consumer lanes sharing it
     would each do it."""
-    s = i % STAGES
+    s = i & (STAGES - 1)
     sc = (sw[:, None] >> (nib[None, :] * 8)) & 0xFF
     mk = gl.max(sc, axis=1)
     mn = gl.min(sc, axis=1)
@@ -310,7 +351,7 @@ def _pf_finish(i, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
     # the span's range test on its visible keys; a tile the producer did not read (no page in
     # the cache) is zero-filled, so its largest scale byte 0 is out of range
     out_of_range = (mn < mk - 32) | (mk < 10) | (mk > 250)
-    pbad = pbad | ((valid & out_of_range).to(gl.int32) << (i // SPAN))
+    pbad = pbad | ((valid & out_of_range).to(gl.int32) << (i >> _log2(SPAN)))
     gl.thread_barrier()
     mbarrier.arrive(ready.index(s), count=1)
     return pbad
@@ -318,7 +359,8 @@ def _pf_finish(i, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
 
 @gluon.jit
 def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem, page_smem,
-              PAGE_SIZE: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr):  # fmt: skip
+              PAGE_SIZE: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr,
+              PW: gl.constexpr):  # fmt: skip
     (
         _q_ptr,
         _w_ptr,
@@ -352,10 +394,10 @@ def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem, 
     c_first = gl.program_id(1) * TILES * BLOCK_N
     # the visible columns of the row: < lim (as the consumers)
     lim = gl.minimum(n_cols, n_vis - entry_base)
-    # 1 warp: [64 entries, 16 words] of data as 8 x 16-byte copies per thread, and [64 keys, 4
-    # scale bytes] as 2 keys a lane (the keys' scale words, loaded one tile ahead)
-    dl: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [1, 1], [1, 0])
-    kl: gl.constexpr = gl.BlockedLayout([2, 4], [32, 1], [1, 1], [1, 0])
+    # PW warps: [64 entries, 16 words] of data as 16-byte copies, and [64 keys, 4 scale bytes]
+    # (the keys' scale words, loaded one tile ahead)
+    dl: gl.constexpr = _copy_layout(PW)
+    kl: gl.constexpr = _scale_layout(PW)
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, dl))
     words = gl.arange(0, ROW_WORDS, layout=gl.SliceLayout(0, dl))
     keys = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, kl))
@@ -367,12 +409,12 @@ def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem, 
     # tile i's key bytes are issued before tile i - 1's factors are computed, so the scale
     # words' load latency is covered by a tile
     _program_pages(page_smem, bt_ptr, r_at, entry_base, c_first, n_cols, n_vis, bt_cols,
-                   num_pages, PAGE_SIZE, TILES)  # fmt: skip
-    page, ok = _tile_page(page_smem, 0)
+                   num_pages, PAGE_SIZE, TILES, PW)  # fmt: skip
+    page, ok = _tile_page(page_smem, 0, PW)
     sw = _pf_issue(0, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty, rows,
                    words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
     for i in range(1, TILES):
-        page, ok = _tile_page(page_smem, i)
+        page, ok = _tile_page(page_smem, i, PW)
         nxt = _pf_issue(i, page, ok, c_first, entry_base, wptr, pw, data_smem, ready, empty,
                         rows, words, keys, dl, PAGE_SIZE, STAGES)  # fmt: skip
         pbad = _pf_finish(i - 1, sw, pbad, c_first, lim, fac_smem, mult_smem, ready, keys, nib,
@@ -382,7 +424,7 @@ def _producer(a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem, 
                       STAGES)  # fmt: skip
     # the range bits to consumer 0, once
     pbits = gl.reduce(pbad, 0, _bit_or)
-    fl1: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+    fl1: gl.constexpr = gl.BlockedLayout([4 // PW], [32], [PW], [0])
     flag_smem.store(gl.zeros([128], gl.int32, fl1) + pbits)
     gl.thread_barrier()
     mbarrier.arrive(xbar.index(1), count=1)
@@ -632,7 +674,7 @@ def _consume(a, data_smem, fac_smem, mult_smem, q_smem, q2_smem, ready, empty, x
                 i = i0 + (k * NC + CID)
                 s = (k * NC + CID) % STAGES
                 c0 = c_first + i * BLOCK_N
-                mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+                mbarrier.wait(ready.index(s), (i >> _log2(STAGES)) & 1)
                 raw = data_smem.index(s)._reinterpret(gl.int16, [BLOCK_N, 4, 8], _raw_smem_layout())
                 raw = raw.load(rl)
                 # the producer's factors: 4 fp16x2 words a key (2 x 16 bytes a thread) and the keys'
@@ -740,6 +782,7 @@ def _gluon_logits_kernel(
     NC: gl.constexpr, CONSUMER_REGS: gl.constexpr, GDC: gl.constexpr = False,
 ):  # fmt: skip
     gluon_enter_dependent(GDC)
+    PW: gl.constexpr = _producer_warps(NC)
     plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, DI // 2], gl.float16)
     data_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, ROW_WORDS],
@@ -756,7 +799,7 @@ def _gluon_logits_kernel(
     for b in gl.static_range(STAGES):
         # one asynchronous arrival per producer thread (the key bytes) and one of the producer
         # (the factors); one arrival of the consumer
-        mbarrier.init(ready.index(b), count=33)
+        mbarrier.init(ready.index(b), count=32 * PW + 1)
         mbarrier.init(empty.index(b), count=1)
     # xbar 0: the queries are in shared memory, 2: consumer 1 has stored its tiles (NC = 2 only:
     # an mbarrier initialized and never used would share its bytes with later scratch memory,
@@ -783,9 +826,9 @@ def _gluon_logits_kernel(
                                   ready, empty, xbar, flag_smem, HI, HI_PAD, PAGE_SIZE,
                                   HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, NC)),
                 (_producer, (a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
-                             page_smem, PAGE_SIZE, STAGES, TILES)),
+                             page_smem, PAGE_SIZE, STAGES, TILES, PW)),
             ],
-            [1],
+            [PW],
             [PRODUCER_REGS],
         )  # fmt: skip
     else:
@@ -798,8 +841,8 @@ def _gluon_logits_kernel(
                                     ready, empty, xbar, flag_smem, HI, HI_PAD, PAGE_SIZE,
                                     HAS_CAND, OUT_BF16, HAS_GMAX, STAGES, TILES, NC)),
                 (_producer, (a, data_smem, fac_smem, mult_smem, ready, empty, xbar, flag_smem,
-                             page_smem, PAGE_SIZE, STAGES, TILES)),
+                             page_smem, PAGE_SIZE, STAGES, TILES, PW)),
             ],
-            [4, 1],
+            [4, PW],
             [CONSUMER_REGS, PRODUCER_REGS],
         )  # fmt: skip
