@@ -107,26 +107,17 @@ def compile_offline() -> None:
 
 def run(sizes: list[tuple[int, int]], iters: int,
         variants: list[tuple[int, int]]) -> list[dict[str, object]]:  # fmt: skip
-    import torch
-
-    dev = torch.device("cuda")
     mods: dict[int, ModuleType] = {}
-    report = []
-    for t, ctx in sizes:
-        args = timeline.bench_inputs(t, ctx)
+
+    def labs_for(args: tuple, t: int, ctx: int) -> tuple[dict[str, object], list]:  # type: ignore[type-arg]
         stride = args[2].page_stride
         if stride not in mods:
             mods[stride] = timeline.lab_module(src=lab_source(stride), name=f"pf_{stride}")[0]
-        ref = torch.full((t, ctx), float("nan"), device=dev)
         labs = [("lab {}/{}".format(*v), partial(timeline.launch_lab_copy, mods[stride], args,
                                                   tail=v)) for v in variants]  # fmt: skip
-        row: dict[str, object] = {"rows": t, "context": ctx, "page_stride": stride}
-        row.update(timeline.time_variants(args, ref, iters, labs))
-        report.append(row)
-        print(json.dumps(row), flush=True)
-        del args, ref
-        torch.cuda.empty_cache()
-    return report
+        return {"page_stride": stride}, labs
+
+    return timeline.run_sizes(sizes, iters, labs_for)
 
 
 def main() -> None:

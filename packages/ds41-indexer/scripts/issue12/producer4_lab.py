@@ -18,6 +18,11 @@ which scheduler (`%warpid % 4`) each warp of each program ran on.
     python packages/ds41-indexer/scripts/issue12/producer4_lab.py --compile
     python packages/ds41-indexer/scripts/issue12/producer4_lab.py --run [--sched] [--json out.json]
     python packages/ds41-indexer/scripts/issue12/producer4_lab.py --launch-both 64x32768  (ncu)
+
+Adopted in daf31b4 beside two consumer warpgroups only (`_producer_warps`); the edits apply
+to the kernel before it (`git show 375d7b1:<path>`, path
+`packages/ds41-indexer/src/ds41_indexer/ops/logits/gluon_kernels.py`). BENCHMARKS.md, issue
+12, twenty-sixth session.
 """
 
 from __future__ import annotations
@@ -170,25 +175,16 @@ def sched_probe(programs: int = 528) -> dict[str, object]:
 
 def run(sizes: list[tuple[int, int]], iters: int,
         warps: tuple[int, ...] = PRODUCER_WARPS) -> list[dict[str, object]]:  # fmt: skip
-    import torch
-
-    dev = torch.device("cuda")
     mods = {w: timeline.lab_module(src=producer4_source(pw=w), name=f"producer{w}")[0]
             for w in warps}  # fmt: skip
-    report = []
-    for t, ctx in sizes:
-        args = timeline.bench_inputs(t, ctx)
-        ref = torch.full((t, ctx), float("nan"), device=dev)
-        _spans, cfg, _grid = timeline.lab_shape(t, ctx)
+
+    def labs_for(args: tuple, t: int, ctx: int) -> tuple[dict[str, object], list]:  # type: ignore[type-arg]
+        cfg = timeline.lab_shape(t, ctx)[1]
         labs = [(f"lab producer{w}", partial(timeline.launch_lab_copy, m, args))
                 for w, m in mods.items()]  # fmt: skip
-        row: dict[str, object] = {"rows": t, "context": ctx, "config": list(cfg)}
-        row.update(timeline.time_variants(args, ref, iters, labs))
-        report.append(row)
-        print(json.dumps(row), flush=True)
-        del args, ref
-        torch.cuda.empty_cache()
-    return report
+        return {"config": list(cfg)}, labs
+
+    return timeline.run_sizes(sizes, iters, labs_for)
 
 
 def launch_both(t: int, ctx: int) -> None:

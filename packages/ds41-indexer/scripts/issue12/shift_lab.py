@@ -11,6 +11,11 @@ unchanged. The logits must be the production kernel's bits (checked at every siz
 
     python packages/ds41-indexer/scripts/issue12/shift_lab.py --compile
     python packages/ds41-indexer/scripts/issue12/shift_lab.py --run [--json out.json]
+
+Adopted in daf31b4 (the production kernel now has these edits, so they no longer apply:
+the lab copy is the record of the measurement; run it against the kernel before, e.g. with
+`git show 375d7b1:packages/ds41-indexer/src/ds41_indexer/ops/logits/gluon_kernels.py`
+as the production module). BENCHMARKS.md, issue 12, twenty-sixth session.
 """
 
 from __future__ import annotations
@@ -57,22 +62,12 @@ def compile_offline() -> None:
 
 
 def run(sizes: list[tuple[int, int]], iters: int) -> list[dict[str, object]]:
-    import torch
-
-    dev = torch.device("cuda")
     lab = timeline.lab_module(src=shift_source(), name="shift")[0]
-    report = []
-    for t, ctx in sizes:
-        args = timeline.bench_inputs(t, ctx)
-        ref = torch.full((t, ctx), float("nan"), device=dev)
-        labs = [("lab shift", partial(timeline.launch_lab_copy, lab, args))]
-        row: dict[str, object] = {"rows": t, "context": ctx}
-        row.update(timeline.time_variants(args, ref, iters, labs))
-        report.append(row)
-        print(json.dumps(row), flush=True)
-        del args, ref
-        torch.cuda.empty_cache()
-    return report
+    return timeline.run_sizes(
+        sizes,
+        iters,
+        lambda args, t, ctx: ({}, [("lab shift", partial(timeline.launch_lab_copy, lab, args))]),
+    )
 
 
 def main() -> None:

@@ -303,6 +303,26 @@ def time_variants(args: tuple, ref, iters: int, labs: list, after=None) -> dict[
     return row
 
 
+def run_sizes(sizes: list[tuple[int, int]], iters: int, labs_for) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+    """The labs' protocol over `sizes` (rows, context): `bench_inputs` for each, then
+    `labs_for(args, t, ctx)` -> (extra row fields, [(key, launch), ...]) timed against the
+    production kernel by `time_variants`; each row is printed as JSON when done."""
+    import torch
+
+    report = []
+    for t, ctx in sizes:
+        args = bench_inputs(t, ctx)
+        ref = torch.full((t, ctx), float("nan"), device="cuda")
+        fields, labs = labs_for(args, t, ctx)
+        row: dict[str, object] = {"rows": t, "context": ctx, **fields}
+        row.update(time_variants(args, ref, iters, labs))
+        report.append(row)
+        print(json.dumps(row), flush=True)
+        del args, ref
+        torch.cuda.empty_cache()
+    return report
+
+
 def print_lab_table(rep: list[dict[str, object]], settings: str, checks: tuple[str, ...]) -> None:
     """The lab labs' table: per size, the production kernel's time and TB/s, then each `lab
     SETTING` row's time, ratio, TB/s and whether its `checks` (key suffixes) all hold."""
