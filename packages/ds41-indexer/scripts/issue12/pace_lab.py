@@ -246,7 +246,7 @@ def main() -> None:
     if a.compile:
         compile_offline()
     if a.run:
-        sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
+        sizes = timeline.parse_sizes(a.sizes)
         variants = [(v[0], *(int(x) for x in v[2:].split("/"))) for v in a.variants.split(",") if v]
         rep = run(sizes, a.iters, variants or list(VARIANTS), a.stamps)  # type: ignore[arg-type]
         timeline.print_lab_table(rep, "kind:mask/slack/ns", (" bitwise", " counters zero"))

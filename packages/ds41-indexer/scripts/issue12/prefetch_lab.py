@@ -21,7 +21,6 @@ and the lab copy at several (mask, dist). `--compile` builds the lab copy offlin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from functools import partial
@@ -132,13 +131,10 @@ def main() -> None:
     if a.compile:
         compile_offline()
     if a.run:
-        sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
+        sizes = timeline.parse_sizes(a.sizes)
         variants = [tuple(int(x) for x in v.split("/")) for v in a.variants.split(",") if v]
         rep = run(sizes, a.iters, variants or list(VARIANTS))  # type: ignore[arg-type]
-        timeline.print_lab_table(rep, "mask/dist", (" bitwise",))
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(rep, f, indent=1)
+        timeline.finish_labs(rep, "mask/dist", a.json)
 
 
 if __name__ == "__main__":

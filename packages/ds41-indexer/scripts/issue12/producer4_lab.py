@@ -225,7 +225,7 @@ def main() -> None:
         rep["sched"] = sched_probe()
         print(json.dumps(rep["sched"], indent=1), flush=True)
     if a.run:
-        sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
+        sizes = timeline.parse_sizes(a.sizes)
         warps = tuple(int(w) for w in a.warps.split(","))
         rep["sizes"] = run(sizes, a.iters, warps)  # type: ignore[arg-type]
         timeline.print_lab_table(rep["sizes"], "producer4", (" bitwise",))  # type: ignore[arg-type]

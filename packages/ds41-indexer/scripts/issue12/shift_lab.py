@@ -21,7 +21,6 @@ as the production module). BENCHMARKS.md, issue 12, twenty-sixth session.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from functools import partial
@@ -82,12 +81,9 @@ def main() -> None:
     if a.compile:
         compile_offline()
     if a.run:
-        sizes = [tuple(int(v) for v in s.split("x")) for s in a.sizes.split(",")]
-        rep = run(sizes, a.iters)  # type: ignore[arg-type]
-        timeline.print_lab_table(rep, "shift", (" bitwise",))
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(rep, f, indent=1)
+        sizes = timeline.parse_sizes(a.sizes)
+        rep = run(sizes, a.iters)
+        timeline.finish_labs(rep, "shift", a.json)
 
 
 if __name__ == "__main__":

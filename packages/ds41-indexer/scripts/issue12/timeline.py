@@ -323,6 +323,19 @@ def run_sizes(sizes: list[tuple[int, int]], iters: int, labs_for) -> list[dict[s
     return report
 
 
+def parse_sizes(spec: str) -> list[tuple[int, int]]:
+    """ "64x32768,1x131072" -> [(64, 32768), (1, 131072)] (rows x context)."""
+    return [(int(s.split("x")[0]), int(s.split("x")[1])) for s in spec.split(",") if s]
+
+
+def finish_labs(rep: list[dict[str, object]], settings: str, json_path: str | None) -> None:
+    """The labs' table (`print_lab_table`, bits checked) and, with `json_path`, the rows."""
+    print_lab_table(rep, settings, (" bitwise",))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rep, f, indent=1)
+
+
 def print_lab_table(rep: list[dict[str, object]], settings: str, checks: tuple[str, ...]) -> None:
     """The lab labs' table: per size, the production kernel's time and TB/s, then each `lab
     SETTING` row's time, ratio, TB/s and whether its `checks` (key suffixes) all hold."""
