@@ -4,15 +4,16 @@ copy under another name) and `ds41_indexer` on the same sizes, caches and CUDA-g
 `--floor` first times CUDA-graph replays of one and of two empty Triton kernels (what any
 one- or two-launch stage costs at least under this timing). `--launch-hidden` times every replay
 behind a GPU busy wait (`ds41_indexer.bench.LAUNCH_HIDDEN`), for both packages: the old package's
-`_time` is replaced by this package's, so both always share one timing."""
+`_time` is replaced by this package's, so both always share one timing. `--skip-old` times
+this package alone (no `ds41_indexer_old` needed)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 from dataclasses import asdict
 
-import ds41_indexer_old.bench as old_bench  # type: ignore[import-not-found]
 import torch
 import triton
 import triton.language as tl
@@ -56,7 +57,11 @@ def main() -> None:
     ap.add_argument("--launch-hidden", action="store_true")
     a = ap.parse_args()
     new_bench.LAUNCH_HIDDEN = a.launch_hidden
-    old_bench._time = new_bench._time
+    if not a.skip_old:
+        # the package before the change, staged under another name (README); not needed with
+        # --skip-old
+        old_bench = importlib.import_module("ds41_indexer_old.bench")
+        old_bench._time = new_bench._time
     dev = torch.device("cuda")
     rows = tuple(int(v) for v in a.rows.split(","))
     if a.sizes:
