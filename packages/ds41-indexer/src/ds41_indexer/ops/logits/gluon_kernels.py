@@ -783,6 +783,9 @@ def _gluon_logits_kernel(
 ):  # fmt: skip
     gluon_enter_dependent(GDC)
     PW: gl.constexpr = _producer_warps(NC)
+    # the ring's stage, phase and span of a tile are masks and shifts of its index
+    gl.static_assert((STAGES & (STAGES - 1)) == 0, "STAGES must be a power of two")
+    gl.static_assert((SPAN & (SPAN - 1)) == 0, "SPAN must be a power of two")
     plain1: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     q_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HI_PAD, DI // 2], gl.float16)
     data_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, ROW_WORDS],
