@@ -31,8 +31,9 @@ turnover between programs on an SM (one's last stamp to the next one's k_start),
 k_start to the next on the SM) and each SM's busy fraction. `--patch` stamps a lab patch of the
 package's `ops/sparse_attention/` files instead (its bits are checked against production's
 too); a persistent lab kernel (`lab/persistent_items_s27*.patch`) is stamped per item
-(`lab_source_items`). `--compile` compiles the lab kernel for sm_90a offline (no GPU) and
-prints ptxas's registers and spills.
+(`lab_source_items`), except the TMA ones (`_tma_q`, `_tma_qo`), whose launches take tensor
+descriptors the stamped launch does not pass. `--compile` compiles the lab kernel for sm_90a
+offline (no GPU) and prints ptxas's registers and spills.
 
     python packages/ds41-attention/scripts/timeline.py --compile
     python packages/ds41-attention/scripts/timeline.py --run [--rows 132,1024,4096] [--json F]
