@@ -3,12 +3,12 @@
 # persistent design with Q and the output by TMA (persistent_items_s27_tma_qo.patch, ps6)
 # against main: bits on three problems (H 64 / 16 / 128, 333 / 33 / 20 rows, mxfp8 + nvfp4 and
 # bf16 + nvfp4), then T = 1024 / 4096 with the launch hidden, best of three. Carry [".whl"].
+# (The step patches apply after their predecessors: lab_tree.sh builds the trees this call ran.)
 set -u
 source scripts/device_env.sh
 R=$OUT
 rm -rf /tmp/ab && mkdir -p /tmp/ab
-cp -r packages/ds41-attention/src/ds41_attention /tmp/ab/ds41_attention_ps6
-patch -s -p5 -d /tmp/ab/ds41_attention_ps6 < packages/ds41-attention/scripts/lab/persistent_items_s27_tma_qo.patch || exit 1
+bash packages/ds41-attention/scripts/lab_tree.sh /tmp/ab/ds41_attention_ps6 persistent_items_s27_tma_qo || exit 1
 AB_DIR=/tmp/ab TREES="main:ds41_attention,ps6:ds41_attention_ps6" timeout -s KILL 95 python3 - <<'PY' 2>&1 | grep -v Warning | tee $R/attention_s27c10.log
 import functools, sys
 sys.argv = ["x"]

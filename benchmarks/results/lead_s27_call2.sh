@@ -6,14 +6,14 @@
 # start). Bits of main / ed / edt on four format pairs (lead_s17_ab.py), times in one process
 # (graph replay, launch hidden and default, best of three), then the stamped timelines of all
 # three at T = 132 / 1024 / 4096 (timeline.py, with the epilogue's new stamps). Carry [".whl"].
+# (The step patches apply after their predecessors: lab_tree.sh builds the trees this call ran.)
 set -u
 source scripts/device_env.sh
 R=$OUT
 L=packages/ds41-attention/scripts/lab
 rm -rf /tmp/ab && mkdir -p /tmp/ab
 for n in ed:early_denominators edt:output_page_touch; do
-  cp -r packages/ds41-attention/src/ds41_attention /tmp/ab/ds41_attention_${n%%:*}
-  patch -s -p5 -d /tmp/ab/ds41_attention_${n%%:*} < $L/${n#*:}.patch || exit 1
+  bash packages/ds41-attention/scripts/lab_tree.sh /tmp/ab/ds41_attention_${n%%:*} ${n#*:} || exit 1
 done
 export AB_DIR=/tmp/ab TREES="main:ds41_attention,ed:ds41_attention_ed,edt:ds41_attention_edt"
 PHASE=bits timeout -s KILL 150 python3 benchmarks/results/lead_s17_ab.py > $R/s27c2_bits.log 2>&1

@@ -4,6 +4,7 @@
 # persistent_items_s27_qfree.patch (ps2: consumer 1's Q-free arrival before its global
 # stores) at T = 1024 / 4096 beside production's; then bits of main / ps / ps2 on four format
 # pairs and their times in one process (lead_s17_ab.py). Carry [".whl"].
+# (The step patches apply after their predecessors: lab_tree.sh builds the trees this call ran.)
 set -u
 source scripts/device_env.sh
 R=$OUT
@@ -21,8 +22,7 @@ for f in main persistent_items_s27 persistent_items_s27_qfree; do
 done
 rm -rf /tmp/ab && mkdir -p /tmp/ab
 for n in ps:persistent_items_s27 ps2:persistent_items_s27_qfree; do
-  cp -r packages/ds41-attention/src/ds41_attention /tmp/ab/ds41_attention_${n%%:*}
-  patch -s -p5 -d /tmp/ab/ds41_attention_${n%%:*} < $L/${n#*:}.patch || exit 1
+  bash packages/ds41-attention/scripts/lab_tree.sh /tmp/ab/ds41_attention_${n%%:*} ${n#*:} || exit 1
 done
 export AB_DIR=/tmp/ab TREES="main:ds41_attention,ps:ds41_attention_ps,ps2:ds41_attention_ps2"
 ROWS=132,1024,4096 PHASE=time OUT=$R timeout -s KILL 150 \

@@ -4,6 +4,7 @@
 # next lengths loaded early, the next Q copied in halves at the item end, consumer 1 decoding
 # the next first tiles before its stores) at T = 1024 / 4096; times of main / ps2 / ps3 and bits
 # of ps3 on four format pairs (lead_s17_ab.py). Carry [".whl"].
+# (The step patches apply after their predecessors: lab_tree.sh builds the trees this call ran.)
 set -u
 source scripts/device_env.sh
 R=$OUT
@@ -19,8 +20,7 @@ for f in persistent_items_s27_overlap; do
 done
 rm -rf /tmp/ab && mkdir -p /tmp/ab
 for n in ps2:persistent_items_s27_qfree ps3:persistent_items_s27_overlap; do
-  cp -r packages/ds41-attention/src/ds41_attention /tmp/ab/ds41_attention_${n%%:*}
-  patch -s -p5 -d /tmp/ab/ds41_attention_${n%%:*} < $L/${n#*:}.patch || exit 1
+  bash packages/ds41-attention/scripts/lab_tree.sh /tmp/ab/ds41_attention_${n%%:*} ${n#*:} || exit 1
 done
 export AB_DIR=/tmp/ab TREES="main:ds41_attention,ps2:ds41_attention_ps2,ps3:ds41_attention_ps3"
 ROWS=132,1024,4096 PHASE=time OUT=$R timeout -s KILL 150 \

@@ -4,6 +4,7 @@
 # overlap patch with the next item's lengths turned into tile counts only at the item's end) at
 # T = 1024 / 4096; times of main / ps3 / ps4 and bits of ps4 on four format pairs
 # (lead_s17_ab.py). Carry [".whl"].
+# (The step patches apply after their predecessors: lab_tree.sh builds the trees this call ran.)
 set -u
 source scripts/device_env.sh
 R=$OUT
@@ -19,8 +20,7 @@ for f in persistent_items_s27_late_lengths; do
 done
 rm -rf /tmp/ab && mkdir -p /tmp/ab
 for n in ps2:persistent_items_s27_qfree ps3:persistent_items_s27_late_lengths; do  # (named wrongly: ps4 missing, see call 7)
-  cp -r packages/ds41-attention/src/ds41_attention /tmp/ab/ds41_attention_${n%%:*}
-  patch -s -p5 -d /tmp/ab/ds41_attention_${n%%:*} < $L/${n#*:}.patch || exit 1
+  bash packages/ds41-attention/scripts/lab_tree.sh /tmp/ab/ds41_attention_${n%%:*} ${n#*:} || exit 1
 done
 export AB_DIR=/tmp/ab TREES="main:ds41_attention,ps3:ds41_attention_ps3,ps4:ds41_attention_ps4"
 ROWS=132,1024,4096 PHASE=time OUT=$R timeout -s KILL 150 \

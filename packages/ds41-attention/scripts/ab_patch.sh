@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call: the working tree's attention package against itself with a lab patch applied
-# (PATCH, a file under scripts/lab/; NAME, the patched tree's label, default "lab"), with
+# (PATCH, a file under scripts/lab/, with the patches it is a step on: lab_tree.sh; NAME, the
+# patched tree's label, default "lab"), with
 # benchmarks/results/lead_s17_ab.py: bits on four format pairs, then times at ROWS (default
 # 1,64,132,1024,4096) in one process, launch hidden and default, best of three. If the bits
 # are equal and the patch is at most GAIN (default 0.995) of the tree's time at T = 1024 and
@@ -18,8 +19,9 @@ name=${NAME:-lab}; tag=${TAG:-$name}; R=${OUT:-/tmp/ab_patch}
 mkdir -p "$R"
 source scripts/device_env.sh
 rm -rf /tmp/ab && mkdir -p /tmp/ab
-cp -r packages/ds41-attention/src/ds41_attention "/tmp/ab/ds41_attention_$name"
-patch -s -p5 -d "/tmp/ab/ds41_attention_$name" < "$PATCH" || exit 1
+LT=packages/ds41-attention/scripts/lab_tree.sh
+pname=$(basename "$PATCH" .patch)  # a step patch brings the patches it applies after
+bash $LT "/tmp/ab/ds41_attention_$name" "$pname" || exit 1
 export AB_DIR=/tmp/ab TREES="main:ds41_attention,$name:ds41_attention_$name"
 if [ "${BITS:-same}" = new ]; then
   nd=0; echo "bits phase skipped (BITS=new: the patch changes the bits)"
@@ -47,7 +49,9 @@ PY
 )
 echo "adopt=$adopt"
 if [ "$adopt" = 1 ] && [ "${SUITE:-1}" = 1 ]; then
-  patch -s -p1 --no-backup-if-mismatch < "$PATCH" && echo "patch applied to the tree"
+  for p in $(bash $LT --list "$pname"); do
+    patch -s -p1 --no-backup-if-mismatch < "packages/ds41-attention/scripts/lab/$p.patch"
+  done && echo "patch applied to the tree"
   timeout -s KILL 230 python3 -m pytest -q -rfE -m gpu -n 4 -p no:cacheprovider \
     packages/ds41-attention/tests > "$R/${tag}_gpu.log" 2>&1
   echo "attention rc=$?"

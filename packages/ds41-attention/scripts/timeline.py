@@ -28,12 +28,12 @@ mxfp8 window + nvfp4 compressed, `bench.make_problem` inputs), checks its output
 against the production one-CTA kernel's, times both by CUDA-graph replay with the launch
 hidden, and prints per program span medians (10th and 90th percentiles in brackets), the
 turnover between programs on an SM (one's last stamp to the next one's k_start), the cycle (one
-k_start to the next on the SM) and each SM's busy fraction. `--patch` stamps a lab patch of the
-package's `ops/sparse_attention/` files instead (its bits are checked against production's
-too); a persistent lab kernel (`lab/persistent_items_s27*.patch`) is stamped per item
-(`lab_source_items`), except the TMA ones (`_tma_q`, `_tma_qo`), whose launches take tensor
-descriptors the stamped launch does not pass. `--compile` compiles the lab kernel for sm_90a
-offline (no GPU) and prints ptxas's registers and spills.
+k_start to the next on the SM) and each SM's busy fraction. `--patch` stamps a lab patch under
+scripts/lab/ instead, with the patches it is a step on (`lab_tree.sh`); its bits are checked
+against production's too; a persistent lab kernel (`lab/persistent_items_s27*.patch`) is stamped
+per item (`lab_source_items`), except the TMA ones (`_tma_q`, `_tma_qo`), whose launches take
+tensor descriptors the stamped launch does not pass. `--compile` compiles the lab kernel for
+sm_90a offline (no GPU) and prints ptxas's registers and spills.
 
     python packages/ds41-attention/scripts/timeline.py --compile
     python packages/ds41-attention/scripts/timeline.py --run [--rows 132,1024,4096] [--json F]
@@ -47,7 +47,6 @@ import importlib.util
 import itertools
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -310,17 +309,12 @@ def lab_source_items(src: str) -> str:
 
 
 def patched_source(patch_file: str) -> str:
-    """The production kernel's source with a lab patch (a diff of the package's
-    `ops/sparse_attention/` files, as under scripts/lab/) applied to a copy of that folder."""
-    from ds41_attention.ops.sparse_attention import gluon_kernels
-
-    d = tempfile.mkdtemp(prefix="ds41_attn_patch_")
-    shutil.copytree(os.path.dirname(gluon_kernels.__file__), os.path.join(d, "ops",
-                    "sparse_attention"), ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-    path = os.path.join(d, "ops", "sparse_attention", "gluon_kernels.py")
-    with open(patch_file) as f:
-        subprocess.run(["patch", "-s", "-p5", "-d", d], stdin=f, check=True)
-    with open(path) as f:
+    """The production kernel's source with a lab patch under scripts/lab/ applied, after the
+    patches it is a step on (`lab_tree.sh` builds the patched package copy)."""
+    name = os.path.basename(patch_file).removesuffix(".patch")
+    dest = os.path.join(tempfile.mkdtemp(prefix="ds41_attn_patch_"), "ds41_attention")
+    subprocess.run(["bash", os.path.join(HERE, "lab_tree.sh"), dest, name], check=True)
+    with open(os.path.join(dest, "ops", "sparse_attention", "gluon_kernels.py")) as f:
         return f.read()
 
 
