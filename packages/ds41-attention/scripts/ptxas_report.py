@@ -4,11 +4,12 @@ Compiles the Triton `_sparse_attn_kernel` per config and the Gluon kernel for th
 geometry (mxfp8 window, nvfp4 compressed, D=512) with Triton's bundled ptxas and prints
 registers, spill bytes and shared memory:
 `python packages/ds41-attention/scripts/ptxas_report.py "64,64,8,1;64,32,8,1" [--gluon]
-[--split] [--pair] [--sass DIR]`. Config fields: block_h, block_n, num_warps, num_stages.
-`--module PATH` compiles the Gluon kernel of a lab copy (e.g. a lab file restored from history)
-instead. `--split` also compiles the Gluon kernel's split (fast-path) variant, `--pair` the pair
-kernel (two CTAs a row, compiled for one CTA as its launcher does); `--sass DIR` writes each
-kernel's SASS (nvdisasm) and PTX there, e.g. to diff two versions of a kernel
+[--split] [--persistent] [--pair] [--sass DIR]`. Config fields: block_h, block_n, num_warps,
+num_stages. `--module PATH` compiles the Gluon kernel of a lab copy (e.g. a lab file restored
+from history) instead. `--split` also compiles the Gluon kernel's split (fast-path) variant,
+`--persistent` its persistent variant (several items a program, Q and the output by TMA),
+`--pair` the pair kernel (two CTAs a row, compiled for one CTA as its launcher does); `--sass
+DIR` writes each kernel's SASS (nvdisasm) and PTX there, e.g. to diff two versions of a kernel
 (`scripts/sass_loops.py` counts each partition's loop); `--pairs 01,03,13` picks the (window,
 compressed) format pairs.
 """
@@ -34,7 +35,20 @@ POINTERS = {"q_ptr": "*i32", "w_ptr": "*u8", "w16_ptr": "*i16", "w32_ptr": "*i32
             "sink_ptr": "*fp32", "out_ptr": "*i32", "lse_ptr": "*fp32", "part_o_ptr": "*fp32",
             "part_ml_ptr": "*fp32", "scale_log2": "fp32"}  # fmt: skip
 # integer arguments the launcher's values do not make divisible by 16
-NOT_DIV16 = {"H", "W", "K", "w_num_slots", "c_num_slots", "num_splits", "num_items", "scale_log2"}
+NOT_DIV16 = {"H", "W", "K", "w_num_slots", "c_num_slots", "num_splits", "num_items", "scale_log2",
+             "n_rows"}  # fmt: skip
+
+
+def _box_type(shape: str, rank: int) -> str:
+    """Triton's signature type of a bf16 tensor descriptor with a 128-byte-swizzled box."""
+    return (f"tensordesc<bf16[{shape}],NVMMASharedLayout(swizzle_byte_width=128, "
+            f"element_bitwidth=16, rank={rank}, transposed=False, fp4_padded=False, "
+            "cga_layout=[])>")  # fmt: skip
+
+
+# the persistent variant's descriptors as the launcher builds them: Q as [T H, D] in [64, 256]
+# boxes, the output as [T, H, D] in [1, 64, 256] boxes
+DESCRIPTORS = {"q_desc": _box_type("64, 256", 2), "out_desc": _box_type("1, 64, 256", 3)}
 
 
 def signature(fn, constexprs: dict[str, int | bool]):
@@ -64,6 +78,7 @@ def report(
     sass_dir: str | None = None,
     module: str | None = None,
     pair: bool = False,
+    persistent: bool = False,
 ) -> str:
     """Resources of the Triton kernel at `cfg`, or of the Gluon kernel when `cfg` is None (the
     pair kernel with `pair`, compiled for one CTA as its launcher does, XBASE = 0)."""
@@ -91,10 +106,20 @@ def report(
             spec.loader.exec_module(gk)
 
         cx = {"W_FMT": w_fmt, "C_FMT": c_fmt}
-        if "SPLIT" in gk._gluon_sparse_attn_kernel.arg_names:
+        names = gk._gluon_sparse_attn_kernel.arg_names
+        if "SPLIT" in names:
             cx["SPLIT"] = split
+        if "PERSISTENT" in names:
+            cx["PERSISTENT"] = persistent
+            if not persistent:  # the launcher passes no descriptors to the one-item grid
+                cx["q_desc"] = cx["out_desc"] = None
         sig, attrs = signature(gk._gluon_sparse_attn_kernel, cx)
         sig["q_ptr"] = sig["out_ptr"] = "*bf16"  # the Gluon kernel reads / writes bf16
+        if persistent:
+            sig.update(DESCRIPTORS)
+            for i, name in enumerate(names):
+                if name in DESCRIPTORS:
+                    attrs.pop((i,), None)
         src = GluonASTSource(gk._gluon_sparse_attn_kernel, sig, cx, attrs)
         opts = {"num_warps": gk.GLUON_NUM_WARPS, "maxnreg": gk.GLUON_MAXNREG}
     else:
@@ -122,7 +147,7 @@ def report(
                                   capture_output=True, text=True, check=True).stdout  # fmt: skip
             os.makedirs(sass_dir, exist_ok=True)
             name = "gluon_split" if split else ("gluon" if cfg is None else "triton")
-            name = "gluon_pair" if pair else name
+            name = "gluon_pair" if pair else "gluon_persistent" if persistent else name
             with open(os.path.join(sass_dir, f"{name}_{w_fmt}{c_fmt}.sass"), "w") as f:
                 f.write(sass)
             with open(os.path.join(sass_dir, f"{name}_{w_fmt}{c_fmt}.ptx"), "w") as f:
@@ -133,9 +158,10 @@ def report(
     # ptxas warnings, e.g. C7513 (wgmma serialized: a pipelined product made synchronous)
     warnings = sorted({line.split("warning :")[-1].strip()[:120]
                        for line in res.stderr.splitlines() if "warning" in line})  # fmt: skip
+    kind = "gluon pair" if pair else "gluon split" if split else "gluon"
+    kind = "gluon persistent" if persistent else kind
     return (
-        "".join(f"  ptxas warning: {w}\n" for w in warnings)
-        + f"{cfg or ('gluon pair' if pair else 'gluon split' if split else 'gluon')} "
+        "".join(f"  ptxas warning: {w}\n" for w in warnings) + f"{cfg or kind} "
         f"fmt {w_fmt}{c_fmt}: "
         f"regs {regs.group(1) if regs else '?'} "
         f"stack {stack.group(1) if stack else '?'} "
@@ -164,5 +190,8 @@ if __name__ == "__main__":
             if "--split" in argv:
                 print(report(None, w_fmt=wf, c_fmt=cf, split=True, sass_dir=sass, module=module),
                       flush=True)  # fmt: skip
+            if "--persistent" in argv:
+                print(report(None, w_fmt=wf, c_fmt=cf, sass_dir=sass, module=module,
+                             persistent=True), flush=True)  # fmt: skip
             if "--pair" in argv:
                 print(report(None, w_fmt=wf, c_fmt=cf, sass_dir=sass, pair=True), flush=True)

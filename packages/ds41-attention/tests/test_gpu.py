@@ -227,6 +227,77 @@ def test_pair_kernel_failing_its_check_falls_back_to_one_cta(monkeypatch):
         launch_gluon_sparse_attention(*args, pair=True)
 
 
+def _ragged(args, seed):
+    """args with a quarter of the rows empty (lengths 0), a quarter of one window key and no
+    compressed key (one all-but-one-masked tile), the rest as drawn: items of 1 to 20 tiles."""
+    q, wc, ss, sl, cc, cs, cl, sink, scale = args
+    g = torch.Generator().manual_seed(seed)
+    kind = torch.randint(0, 4, (q.shape[0],), generator=g).to(CUDA)
+    sl = torch.where(kind == 0, 0, torch.where(kind == 1, 1, sl))
+    if cl is not None:
+        cl = torch.where(kind <= 1, 0, cl)
+    return (q, wc, ss, sl, cc, cs, cl, sink, scale)
+
+
+@pytest.mark.parametrize(
+    "wfmt,cfmt,h,rows",
+    [("mxfp8", "nvfp4", 64, 333), ("mxfp8", "mxfp8", 16, 301), ("mxfp8", None, 128, 150),
+     ("bf16", "nvfp4", 64, 200), ("mxfp8", "bf16", 40, 333)],
+)  # fmt: skip
+def test_persistent_grid_gives_the_one_item_bits(monkeypatch, wfmt, cfmt, h, rows):
+    """Past one wave the Gluon kernel runs persistent programs: each walks several (row, head
+    block) items with its rings running on across them, a later item's Q loaded and every
+    output stored by TMA. Every row must get the one-item grid's bits, with one program an
+    SM (the launcher's choice), with 7 programs (up to 48 items each, uneven counts) and at
+    a batch within one wave (forced): empty and one-key rows, every format pair, H below,
+    at and above one head block of 64 (a partial block reads the next row's Q heads by TMA)."""
+    from ds41_attention.ops.sparse_attention import gluon_launch
+
+    if not gluon_supported(torch.zeros(1, 1, 512, device=CUDA)):
+        pytest.skip("the Gluon kernel needs an sm_90 GPU")
+    k = 0 if cfmt is None else 512
+    args = _ragged(_problem(h, 512, 128, k, rows, cfmt or "nvfp4", seed=rows + h, wfmt=wfmt),
+                   seed=h)  # fmt: skip
+    real = gluon_launch.persistent_programs
+    plans = {"one-item": lambda *a: 0, "default": real, "7 programs": lambda *a: 7}
+    res = {}
+    for name, plan in plans.items():
+        monkeypatch.setattr(gluon_launch, "persistent_programs", plan)
+        res[name] = launch_gluon_sparse_attention(*args, pair=False)
+        if name == "default":
+            assert real(rows, -(-h // 64), 1, gluon_launch._num_sms(None)) > 0
+    small = tuple(a[:40] if isinstance(a, torch.Tensor) and a.shape[:1] == (rows,) else a
+                  for a in args)  # fmt: skip
+    ref_small = launch_gluon_sparse_attention(*small, pair=False)  # one wave: one-item grid
+    monkeypatch.setattr(gluon_launch, "persistent_programs", lambda *a: 5)
+    forced_small = launch_gluon_sparse_attention(*small, pair=False)
+    monkeypatch.undo()
+    ref_o, ref_l = res["one-item"]
+    _check_close(ref_o, ref_l, args)
+    for name in ("default", "7 programs"):
+        o, lse = res[name]
+        assert torch.equal(o, ref_o) and torch.equal(lse, ref_l), name
+    assert torch.equal(forced_small[0], ref_small[0]) and torch.equal(forced_small[1], ref_small[1])
+    assert torch.equal(ref_small[0], ref_o[:40])
+
+
+def test_persistent_grid_reads_strided_q():
+    """The persistent kernel's Q descriptor covers q's own strides (a column slice of a wider
+    projection) and copies a q whose head rows are not evenly spaced (heads-major storage):
+    both give the contiguous q's bits."""
+    if not gluon_supported(torch.zeros(1, 1, 512, device=CUDA)):
+        pytest.skip("the Gluon kernel needs an sm_90 GPU")
+    args = list(_problem(64, 512, 128, 512, 300, "nvfp4", seed=113))
+    ref = launch_gluon_sparse_attention(*args, pair=False)
+    wide = torch.randn(300, 64, 1024, device=CUDA).to(torch.bfloat16)
+    wide[..., 256:768] = args[0]
+    heads_major = args[0].transpose(0, 1).contiguous().transpose(0, 1)
+    for q in (wide[..., 256:768], heads_major):
+        args[0] = q
+        o, lse = launch_gluon_sparse_attention(*args, pair=False)
+        assert torch.equal(o, ref[0]) and torch.equal(lse, ref[1])
+
+
 def test_gluon_fast_single_split_is_the_invariant_kernel():
     _needs_gluon()
     args = _problem(64, 512, 128, 512, 6, "nvfp4", seed=83)
@@ -372,8 +443,11 @@ def test_invariance_batches_of_1_to_512(impl):
     assert (o[100:] == 0).all() and (l[100:] == -float("inf")).all()
 
 
-def test_cuda_graph_replay_is_bitwise_eager(impl):
-    args = _problem(64, 512, 128, 512, 48, "nvfp4", seed=21)
+@pytest.mark.parametrize("rows", [48, 300])
+def test_cuda_graph_replay_is_bitwise_eager(impl, rows):
+    """48 rows: one wave (the pair / one-item kernels); 300: the Gluon kernel's persistent
+    grid, whose TMA descriptors the graph holds by value."""
+    args = _problem(64, 512, 128, 512, rows, "nvfp4", seed=21)
     eager_o, eager_l = impl(*args)
     static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     s = torch.cuda.Stream()

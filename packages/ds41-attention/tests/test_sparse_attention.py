@@ -403,6 +403,44 @@ def test_gluon_split_planner():
     assert plan_gluon_splits(0, 1, 0, 132) == 1
 
 
+def test_gluon_persistent_grid_plan():
+    """The invariant Gluon kernel's grid (host logic only): one item a program while the
+    items (rows x head blocks) fit the SMs, one persistent program an SM past that; the
+    fast path's split launches keep the one-item grid."""
+    from ds41_attention.ops.sparse_attention.gluon_launch import persistent_programs
+
+    assert persistent_programs(132, 1, 1, 132) == 0
+    assert persistent_programs(133, 1, 1, 132) == 132
+    assert persistent_programs(67, 2, 1, 132) == 132
+    assert persistent_programs(66, 2, 1, 132) == 0
+    assert persistent_programs(4096, 1, 1, 78) == 78
+    assert persistent_programs(4096, 1, 2, 132) == 0
+    assert persistent_programs(0, 1, 1, 132) == 0
+
+
+def test_persistent_q_rows_view_or_copy():
+    """The persistent kernel's [T H, D] view of q: q's own storage where its head rows are
+    evenly spaced 16-byte multiples apart (a contiguous q, a column slice of a wider
+    projection), a contiguous copy otherwise (heads-major storage); the values are q's."""
+    from ds41_attention.ops.sparse_attention.gluon_launch import _q_rows
+
+    g = torch.Generator().manual_seed(3)
+    wide = torch.randn(5, 3, 1024, generator=g).to(torch.bfloat16)
+    cases = {
+        "contiguous": (wide[..., :512].contiguous(), True),
+        "column slice": (wide[..., 256:768], True),
+        "heads-major": (wide[..., :512].transpose(0, 1).contiguous().transpose(0, 1), False),
+        "odd row stride": (torch.randn(5, 3, 516, generator=g).to(torch.bfloat16)[..., :512],
+                           False),
+    }  # fmt: skip
+    for name, (q, shares) in cases.items():
+        rows = _q_rows(q)
+        assert rows.shape == (15, 512), name
+        assert torch.equal(rows, q.reshape(15, 512)), name
+        assert (rows.untyped_storage().data_ptr() == q.untyped_storage().data_ptr()) == shares, name
+        assert rows.stride(1) == 1 and rows.stride(0) % 8 == 0, name
+
+
 def test_pair_kernel_selection():
     """The invariant path's pair kernel (two CTAs a row) while every (row, head block) has two
     SMs in one wave, the one-CTA kernel past that (host logic; both give the same bits)."""

@@ -63,6 +63,24 @@ stores its unnormalized fp32 accumulator and (max, sum) as partials for the comb
 (not batch invariant: the slices follow S, which the launcher picks from T). In invariant
 mode the slice is [0, n): the arithmetic is the one the kernel had before split mode.
 
+Persistent mode (constexpr PERSISTENT, the invariant path once the (row, head block) items
+outnumber the SMs; launcher `gluon_launch.persistent_programs`): one program an SM walks items
+p, p + SMs, ... in the one-item grid's launch order, with the same partitions' work per item
+(`_producer_items`, `_consumer0_items`, `_consumer1_items` over the shared walks
+`_produce_tiles`, `_c0_walk`, `_c1_walk`), so every row gets the one-item grid's bits. The raw
+slots, K stages and P buffers run on across a program's items by ring index: the producer
+gathers and decodes the next item's first tiles, and consumer 1 decodes half 1 of its first
+KS - 1, while the consumers finish the current item; an item's last NRAW tiles start no
+copies (the ring's next slots are the next item's). Each consumer stores its output half by
+one bulk tensor store (TMA, [T, H, D] descriptor, heads past H clipped) from the Q half it no
+longer reads; consumer 0 then loads the next item's Q by TMA, half 0 at once and half 1 once
+consumer 1's store has read it (Q-free barrier). The next item's lengths are loaded at an
+item's start and used at its end. Measured on the H200 (twenty-seventh and twenty-eighth
+sessions): at T = 1024 / 4096 0.950-0.958 of the one-item grid's time (280.6-283.1 us =
+303-306 TFLOP/s at T = 1024); within one wave 1.026-1.034 (its bookkeeping, nothing to
+overlap), hence the launcher's rule. The one-item, split and pair kernels compile to the SASS
+they had before this mode existed (offline, but for the parameter offsets).
+
 Decode (every product exact in bf16, SPEC section 4), integer and bf16x2 instructions only
 (inline PTX; the conversion instructions e4m3x2 -> f16x2 and f32 -> bf16x2 issue at a quarter
 of the integer rate): a code's sign, exponent and mantissa bits are placed straight into a
@@ -94,6 +112,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -127,6 +146,16 @@ LOG2E = gl.constexpr(math.log2(math.e))
 LN2 = gl.constexpr(math.log(2.0))
 C1_REGS = gl.constexpr(184)
 PRODUCER_REGS = gl.constexpr(112)
+
+
+def tma_box_layouts() -> tuple[gl.NVMMASharedLayout, gl.NVMMASharedLayout]:
+    """Shared layouts of the persistent mode's TMA boxes: Q as [64, 256] boxes of a [T H, D]
+    descriptor (the layout of a Q half), the output as [1, 64, 256] boxes of a [T, H, D] one
+    (the same bytes, `_as_box`)."""
+    return (
+        gl.NVMMASharedLayout.get_default_for([GLUON_BLOCK_H, 256], gl.bfloat16),
+        gl.NVMMASharedLayout.get_default_for([1, GLUON_BLOCK_H, 256], gl.bfloat16),
+    )
 
 
 @gluon.jit
@@ -244,6 +273,18 @@ def _raw_landed_bar(ks):
 def _raw_loaded_bar(ks):
     # index of raw slot 0's loaded-by-consumer-1 barrier
     return _raw_landed_bar(ks) + GLUON_RAW_STAGES
+
+
+@gluon.constexpr_function
+def _qfree_bar(ks):
+    # persistent mode: index of the Q-free barrier (consumer 1's output store has read Q half 1)
+    return _raw_loaded_bar(ks) + GLUON_RAW_STAGES
+
+
+@gluon.constexpr_function
+def _qtma_bar(ks):
+    # persistent mode: index of the barrier a later item's Q lands on (TMA, both halves)
+    return _qfree_bar(ks) + 1
 
 
 @gluon.jit
@@ -409,23 +450,36 @@ def _decode_sub(raw, scl, FMT: gl.constexpr, C: gl.constexpr):
 
 
 @gluon.jit
-def _decode_half0_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, lo, n_w, sl_f, ok_f, meta_smem,
-                        bars, w_ptr, w_page_stride, w_page_size, c_ptr, c_page_stride,
-                        c_page_size, FMT: gl.constexpr, W_FMT: gl.constexpr,
-                        C_FMT: gl.constexpr, KS: gl.constexpr):  # fmt: skip
-    """The producer's share of tile i: decode channels [0, 256) of ring slot rs (format FMT)
-    into K stage ks and start the copies of tile i + NRAW into the same slot, once every
-    producer thread holds half 0's bytes (a barrier) and consumer 1 holds half 1's (its
-    arrival on the slot's loaded barrier). The wait sits between the decode and the copies:
-    before the decode, the two would be one block of code, and their interleaved chains
-    spill at 112 registers."""
+def _decode_half0_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, f_tile, fetch, n_w, sl_f, ok_f,
+                        meta_smem, bars, w_ptr, w_page_stride, w_page_size, c_ptr,
+                        c_page_stride, c_page_size, FMT: gl.constexpr, W_FMT: gl.constexpr,
+                        C_FMT: gl.constexpr, KS: gl.constexpr,
+                        FETCH_PAST_END: gl.constexpr):  # fmt: skip
+    """The producer's share of ring index i: decode channels [0, 256) of ring slot rs (format
+    FMT) into K stage ks and start the copies of ring index i + NRAW (the row's tile f_tile)
+    into the same slot, once every producer thread holds half 0's bytes (a barrier) and
+    consumer 1 holds half 1's (its arrival on the slot's loaded barrier). Unless
+    FETCH_PAST_END, only where `fetch` (else an empty copy group keeps the per-tile
+    wait_group counts). The wait sits between the decode and the copies: before the decode,
+    the two would be one block of code, and their interleaved chains spill at 112
+    registers."""
     b0, s0 = _load_sub(raw_smem.index(rs * 2), scl_smem.index(rs), FMT, 0)
     gl.thread_barrier()
     k_smem.index(ks * 2).store(_decode_loaded(b0, s0, FMT))
-    mbarrier.wait(bars.index(_raw_loaded_bar(KS) + rs), (i // NRAW) & 1)
-    _fetch(i + NRAW, lo + i + NRAW, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
-           w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
-           C_FMT)  # fmt: skip
+    # a static branch for FETCH_PAST_END: `FETCH_PAST_END or fetch` is a runtime value, and its
+    # branch changed the one-item kernel's code (spills; offline compile, twenty-eighth session)
+    if FETCH_PAST_END:  # noqa: SIM114
+        mbarrier.wait(bars.index(_raw_loaded_bar(KS) + rs), (i // NRAW) & 1)
+        _fetch(i + NRAW, f_tile, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
+               w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
+               C_FMT)  # fmt: skip
+    elif fetch:
+        mbarrier.wait(bars.index(_raw_loaded_bar(KS) + rs), (i // NRAW) & 1)
+        _fetch(i + NRAW, f_tile, n_w, sl_f, ok_f, raw_smem, scl_smem, meta_smem, w_ptr,
+               w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT,
+               C_FMT)  # fmt: skip
+    else:
+        async_copy.commit_group()
 
 
 @gluon.jit
@@ -483,18 +537,35 @@ def _fetch(i, g, n_w, sl, ok, raw_smem, scl_smem, meta_smem, w_ptr, w_page_strid
 
 
 @gluon.jit
+def _raw_lengths(t, swa_lens_ptr, comp_lens_ptr, HAS_COMP: gl.constexpr):
+    """Row t's (window, compressed) lengths as stored (0 for the compressed one without a
+    compressed cache)."""
+    sw = gl.load(swa_lens_ptr + t)
+    if HAS_COMP:
+        cl = gl.load(comp_lens_ptr + t)
+    else:
+        cl = sw * 0
+    return sw, cl
+
+
+@gluon.jit
+def _row_tiles(sw, cl, W, K):
+    """(window length, window tiles, compressed length, tiles) of a row from its
+    `_raw_lengths`, each length clamped to its table's width."""
+    swa_len = gl.minimum(gl.maximum(sw, 0), W)
+    n_w = gl.cdiv(swa_len, BLOCK_N)
+    comp_len = gl.minimum(gl.maximum(cl, 0), K)
+    return swa_len, n_w, comp_len, n_w + gl.cdiv(comp_len, BLOCK_N)
+
+
+@gluon.jit
 def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, num_splits, HAS_COMP: gl.constexpr,
                  SPLIT: gl.constexpr):  # fmt: skip
     """(window length, window tiles, compressed length, first tile, tile count, end tile) of
     this program: the row's tiles [0, total), or with SPLIT the contiguous slice
     [sp total / S, (sp + 1) total / S) of split sp = program_id(2) of S = num_splits."""
-    swa_len = gl.minimum(gl.maximum(gl.load(swa_lens_ptr + t), 0), W)
-    n_w = gl.cdiv(swa_len, BLOCK_N)
-    if HAS_COMP:
-        comp_len = gl.minimum(gl.maximum(gl.load(comp_lens_ptr + t), 0), K)
-    else:
-        comp_len = swa_len * 0
-    total = n_w + gl.cdiv(comp_len, BLOCK_N)
+    sw, cl = _raw_lengths(t, swa_lens_ptr, comp_lens_ptr, HAS_COMP)
+    swa_len, n_w, comp_len, total = _row_tiles(sw, cl, W, K)
     if SPLIT:
         sp = gl.program_id(2)
         lo = sp * total // num_splits
@@ -571,28 +642,104 @@ def _prefetch_next_item(q_ptr, stride_qt, stride_qh, swa_ptr, stride_swa_t, W, s
     starts next, an SM count after this one in launch order (program (t, hb) is
     number hb T + t), so that program's first loads hit L2. A hint: no value changes."""
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    q_lay: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
     lane = gl.arange(0, 128, layout=lay)
     nsm = gl.max(gl.inline_asm_elementwise("mov.u32 $0, %nsmid;", "=r,r", [lane],
                                            dtype=gl.int32, is_pure=True, pack=1), 0)  # fmt: skip
     rows = gl.num_programs(0)
     nxt = hb * rows + t.to(gl.int32) + nsm
     if nxt < rows * gl.num_programs(1):
-        t2 = (nxt % rows).to(gl.int64)
-        hb2 = nxt // rows
-        # Q: 64 heads x 1 KB = 512 lines of 128 B, four a thread (heads past H read head H - 1's)
-        line = gl.arange(0, 512, layout=q_lay)
-        head = hb2 * BLOCK_H + line // 8
-        qa = q_ptr + t2 * stride_qt + gl.minimum(head, H - 1) * stride_qh + (line % 8) * 64
-        _l2_prefetch(qa.to(gl.int64))
-        # the slot-table rows (a line a thread, repeated past the row's end) and the lengths
-        sa = swa_ptr + t2 * stride_swa_t + gl.maximum(gl.minimum(lane * 32, W - 1), 0)
-        _l2_prefetch(sa.to(gl.int64))
-        _l2_prefetch((swa_lens_ptr + t2 + lane * 0).to(gl.int64))
-        if HAS_COMP:
-            ca = comp_ptr + t2 * stride_comp_t + gl.maximum(gl.minimum(lane * 32, K - 1), 0)
-            _l2_prefetch(ca.to(gl.int64))
-            _l2_prefetch((comp_lens_ptr + t2 + lane * 0).to(gl.int64))
+        _prefetch_item(q_ptr, stride_qt, stride_qh, swa_ptr, stride_swa_t, W, swa_lens_ptr,
+                       comp_ptr, stride_comp_t, K, comp_lens_ptr, (nxt % rows).to(gl.int64),
+                       nxt // rows, H, HAS_COMP)  # fmt: skip
+
+
+@gluon.jit
+def _prefetch_item(q_ptr, stride_qt, stride_qh, swa_ptr, stride_swa_t, W, swa_lens_ptr,
+                   comp_ptr, stride_comp_t, K, comp_lens_ptr, t2, hb2, H,
+                   HAS_COMP: gl.constexpr):  # fmt: skip
+    """Into L2: the Q rows, slot-table rows and lengths of item (row t2, head block hb2)."""
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    q_lay: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    lane = gl.arange(0, 128, layout=lay)
+    # Q: 64 heads x 1 KB = 512 lines of 128 B, four a thread (heads past H read head H - 1's)
+    line = gl.arange(0, 512, layout=q_lay)
+    head = hb2 * BLOCK_H + line // 8
+    qa = q_ptr + t2 * stride_qt + gl.minimum(head, H - 1) * stride_qh + (line % 8) * 64
+    _l2_prefetch(qa.to(gl.int64))
+    # the slot-table rows (a line a thread, repeated past the row's end) and the lengths
+    sa = swa_ptr + t2 * stride_swa_t + gl.maximum(gl.minimum(lane * 32, W - 1), 0)
+    _l2_prefetch(sa.to(gl.int64))
+    _l2_prefetch((swa_lens_ptr + t2 + lane * 0).to(gl.int64))
+    if HAS_COMP:
+        ca = comp_ptr + t2 * stride_comp_t + gl.maximum(gl.minimum(lane * 32, K - 1), 0)
+        _l2_prefetch(ca.to(gl.int64))
+        _l2_prefetch((comp_lens_ptr + t2 + lane * 0).to(gl.int64))
+
+
+@gluon.jit
+def _publish_q(qbias_smem, bars):
+    """Q's bias tile for the validity k-step (`_qk_masked`: 1 in column 0, zeros elsewhere),
+    then, once Q's copy group (the oldest of the 3 in flight, issued before the first two
+    tiles' records) landed, the arrival that publishes both to the consumers (barrier 0)."""
+    bias_l: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [4, 1], [1, 0])
+    col0 = gl.arange(0, 16, layout=gl.SliceLayout(0, bias_l)) == 0
+    qbias = gl.full([BLOCK_H, 16], 0.0, gl.float32, bias_l) + gl.where(col0, 1.0, 0.0)[None, :]
+    qbias_smem.store(qbias.to(gl.bfloat16))
+    async_copy.wait_group(2)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(0), count=1)
+
+
+@gluon.jit
+def _produce_tiles(g, lo, n, n_w, end, ws_n, cs_n, swa_row, swa_len, comp_row, comp_len,
+                   w_num_slots, c_num_slots, raw_smem, scl_smem, k_smem, meta_smem, kbias_smem,
+                   bars, w_ptr, w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size,
+                   W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+                   HAS_COMP: gl.constexpr, FETCH_PAST_END: gl.constexpr):  # fmt: skip
+    """The producer's walk of one item: the row's tiles lo .. lo + n - 1 on ring indices
+    g .. g + n - 1 (a ring index picks the raw slot, K stage and barrier phases), tiles lo and
+    lo + 1 already fetched, (ws_n, cs_n) the slot loads of tile lo + NRAW. Each tile: wait for
+    its records, say so to consumer 1, decode half 0 into its K stage, fetch the tile NRAW
+    ahead into the slot, write the validity bias tile, arrive on the stage's filled barrier.
+    FETCH_PAST_END: the last NRAW tiles fetch the (masked) tiles past the item; otherwise
+    they fetch nothing, leaving the ring's next indices to the next item's first tiles."""
+    row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    bias_l: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [4, 1], [1, 0])
+    col0 = gl.arange(0, 16, layout=gl.SliceLayout(0, bias_l)) == 0
+    for i in range(0, n):
+        # the slot vectors of tile i + NRAW were loaded one iteration ago (their latency ran
+        # during that iteration, off the producer's chain); load those of i + NRAW + 1
+        sl_f, ok_f = _tile_slots_of(lo + i + NRAW, n_w, end, ws_n, cs_n, swa_len, comp_len,
+                                    w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
+        ws_n, cs_n = _tile_slot_loads(lo + i + NRAW + 1, n_w, swa_row, swa_len, comp_row,
+                                      comp_len, HAS_COMP, row_l)  # fmt: skip
+        gi = g + i
+        ks = gi % KS
+        rs = gi % NRAW
+        async_copy.wait_group(NRAW - 1)
+        gl.thread_barrier()
+        # the slot's bytes landed (every producer thread's copies): consumer 1 may load half 1
+        mbarrier.arrive(bars.index(_raw_landed_bar(KS) + rs), count=1)
+        meta_i = meta_smem.index(rs).load(gl.SliceLayout(1, bias_l))
+        # both consumers finished ring index gi - KS, the last reader of this stage
+        mbarrier.wait(bars.index(1 + KS + ks), ((gi // KS) & 1) ^ 1, pred=gi >= KS)
+        if C_FMT == 3 or lo + i < n_w:
+            _decode_half0_fetch(raw_smem, rs, scl_smem, k_smem, ks, gi, lo + i + NRAW, i + NRAW < n,
+                                n_w, sl_f, ok_f, meta_smem, bars, w_ptr, w_page_stride,
+                                w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, W_FMT,
+                                C_FMT, KS, FETCH_PAST_END)  # fmt: skip
+        else:
+            _decode_half0_fetch(raw_smem, rs, scl_smem, k_smem, ks, gi, lo + i + NRAW, i + NRAW < n,
+                                n_w, sl_f, ok_f, meta_smem, bars, w_ptr, w_page_stride,
+                                w_page_size, c_ptr, c_page_stride, c_page_size, C_FMT, W_FMT,
+                                C_FMT, KS, FETCH_PAST_END)  # fmt: skip
+        # the stage's validity k-step: column 0 is +0 for a valid key, -inf for an invalid one
+        bad = col0[None, :] & (meta_i == 0)[:, None]
+        kbias_smem.index(ks).store(gl.where(bad, -float("inf"), 0.0).to(gl.bfloat16))
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(bars.index(1 + ks), count=1)
 
 
 @gluon.jit
@@ -630,6 +777,9 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbia
         _part_o_ptr,
         _part_ml_ptr,
         num_splits,
+        _n_rows,
+        _q_desc,
+        _out_desc,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
     t = gl.program_id(0).to(gl.int64)
@@ -673,48 +823,11 @@ def _producer(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbia
            w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
     _fetch(1, lo + 1, n_w, sl_1, ok_1, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
            w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
-    # Q's bias tile for the validity k-step (`_qk_masked`): 1 in column 0, zeros elsewhere;
-    # ordered before the consumers' first read by the fence and arrival that publish Q
-    bias_l: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [4, 1], [1, 0])
-    col0 = gl.arange(0, 16, layout=gl.SliceLayout(0, bias_l)) == 0
-    qbias = gl.full([BLOCK_H, 16], 0.0, gl.float32, bias_l) + gl.where(col0, 1.0, 0.0)[None, :]
-    qbias_smem.store(qbias.to(gl.bfloat16))
-    # Q (the oldest of the 3 groups in flight) landed before tile 0's records, issued later
-    async_copy.wait_group(2)
-    fence_async_shared()
-    gl.thread_barrier()
-    mbarrier.arrive(bars.index(0), count=1)
-
-    for i in range(0, n):
-        # the slot vectors of tile i + NRAW were loaded one iteration ago (their latency ran
-        # during that iteration, off the producer's chain); load those of i + NRAW + 1
-        sl_f, ok_f = _tile_slots_of(lo + i + NRAW, n_w, end, ws_n, cs_n, swa_len, comp_len,
-                                    w_num_slots, c_num_slots, HAS_COMP, row_l)  # fmt: skip
-        ws_n, cs_n = _tile_slot_loads(lo + i + NRAW + 1, n_w, swa_row, swa_len, comp_row,
-                                      comp_len, HAS_COMP, row_l)  # fmt: skip
-        ks = i % KS
-        rs = i % NRAW
-        async_copy.wait_group(NRAW - 1)
-        gl.thread_barrier()
-        # the slot's bytes landed (every producer thread's copies): consumer 1 may load half 1
-        mbarrier.arrive(bars.index(_raw_landed_bar(KS) + rs), count=1)
-        meta_i = meta_smem.index(rs).load(gl.SliceLayout(1, bias_l))
-        # both consumers finished tile i - KS, the last reader of this stage
-        mbarrier.wait(bars.index(1 + KS + ks), ((i // KS) & 1) ^ 1, pred=i >= KS)
-        if C_FMT == 3 or lo + i < n_w:
-            _decode_half0_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, lo, n_w, sl_f, ok_f,
-                                meta_smem, bars, w_ptr, w_page_stride, w_page_size, c_ptr,
-                                c_page_stride, c_page_size, W_FMT, W_FMT, C_FMT, KS)  # fmt: skip
-        else:
-            _decode_half0_fetch(raw_smem, rs, scl_smem, k_smem, ks, i, lo, n_w, sl_f, ok_f,
-                                meta_smem, bars, w_ptr, w_page_stride, w_page_size, c_ptr,
-                                c_page_stride, c_page_size, C_FMT, W_FMT, C_FMT, KS)  # fmt: skip
-        # the stage's validity k-step: column 0 is +0 for a valid key, -inf for an invalid one
-        bad = col0[None, :] & (meta_i == 0)[:, None]
-        kbias_smem.index(ks).store(gl.where(bad, -float("inf"), 0.0).to(gl.bfloat16))
-        fence_async_shared()
-        gl.thread_barrier()
-        mbarrier.arrive(bars.index(1 + ks), count=1)
+    _publish_q(qbias_smem, bars)
+    _produce_tiles(0, lo, n, n_w, end, ws_n, cs_n, swa_row, swa_len, comp_row, comp_len,
+                   w_num_slots, c_num_slots, raw_smem, scl_smem, k_smem, meta_smem, kbias_smem,
+                   bars, w_ptr, w_page_stride, w_page_size, c_ptr, c_page_stride, c_page_size,
+                   W_FMT, C_FMT, KS, HAS_COMP, True)  # fmt: skip
     if not SPLIT:
         # idle from here to the program's end (the consumers' last tiles and stores)
         _prefetch_next_item(q_ptr, stride_qt, stride_qh, swa_ptr, stride_swa_t, W,
@@ -831,6 +944,9 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
         part_o_ptr,
         part_ml_ptr,
         num_splits,
+        _n_rows,
+        _q_desc,
+        _out_desc,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
     t = gl.program_id(0).to(gl.int64)
@@ -841,25 +957,54 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
     mma_o: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
     )
-    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
     _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
                                                           num_splits, HAS_COMP, SPLIT)  # fmt: skip
+    mbarrier.wait(bars.index(0), 0)
+    acc, m_i, l_i = _c0_walk(q_smem, k_smem, qbias_smem, kbias_smem, p_smem, x_smem, bars, 0, n,
+                             scale_log2, KS, mma_s, mma_o)  # fmt: skip
+    if SPLIT:
+        # the slice's partial state for the combine kernel: (m, l) with m in natural-log
+        # units (the combine's), and acc, unnormalized
+        oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
+        omask = oheads < H
+        pidx = (t * H + oheads) * num_splits + gl.program_id(2)
+        gl.store(part_ml_ptr + pidx * 2, m_i * LN2, mask=omask)
+        gl.store(part_ml_ptr + pidx * 2 + 1, l_i, mask=omask)
+        _store_part(acc, part_o_ptr, t, H, hb, num_splits, 0, mma_o)
+    else:
+        denom = _c0_denominators(m_i, l_i, sink_ptr, lse_ptr, t, stride_lt, hb, H, x_smem, bars,
+                                 KS, row_s)  # fmt: skip
+        # Q half 0 stages the output: this warpgroup's products have all completed
+        _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), q_smem.index(0),
+                   out_ptr, t, stride_ot, stride_oh, hb, H, 0)  # fmt: skip
+    return (m_i,)
+
+
+@gluon.jit
+def _c0_walk(q_smem, k_smem, qbias_smem, kbias_smem, p_smem, x_smem, bars, g, n, scale_log2,
+             KS: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):  # fmt: skip
+    """Consumer 0's walk of one item's n tiles on ring indices g .. g + n - 1 (Q published):
+    Q.K^T of each tile (tile j + 1's issued before tile j's softmax, so the tensor cores run
+    during it), the online softmax, P and the rescale factor to consumer 1, P.V over channels
+    [0, 256); returns (acc, running max, running sum)."""
+    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
     PF: gl.constexpr = _p_bars(KS)
     m_i = gl.full([BLOCK_H], -float("inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
     acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
-    mbarrier.wait(bars.index(0), 0)
-    mbarrier.wait(bars.index(1), 0)
-    s_cur = warpgroup_mma_wait(0, deps=[_qk_masked(q_smem, k_smem, qbias_smem, kbias_smem, 0,
-                                                    mma_s)])  # fmt: skip
+    mbarrier.wait(bars.index(1 + g % KS), (g // KS) & 1)
+    s_cur = warpgroup_mma_wait(0, deps=[_qk_masked(q_smem, k_smem, qbias_smem, kbias_smem,
+                                                    g % KS, mma_s)])  # fmt: skip
     for j in range(0, n - 1):
-        js = j % KS
+        gj = g + j
+        js = gj % KS
         # Q.K^T of tile j + 1 runs on the tensor cores during this tile's softmax
-        jn = (j + 1) % KS
-        mbarrier.wait(bars.index(1 + jn), ((j + 1) // KS) & 1)
+        jn = (gj + 1) % KS
+        mbarrier.wait(bars.index(1 + jn), ((gj + 1) // KS) & 1)
         s_tok = _qk_masked(q_smem, k_smem, qbias_smem, kbias_smem, jn, mma_s)
-        p16, alpha_o, m_i, l_i = _softmax_handoff(s_cur, j, None, p_smem, x_smem,
+        p16, alpha_o, m_i, l_i = _softmax_handoff(s_cur, gj, None, p_smem, x_smem,
                                                   bars, m_i, l_i, scale_log2, mma_s, mma_o, PF,
                                                   False)  # fmt: skip
         tok = warpgroup_mma(gl.convert_layout(p16, p_op), k_smem.index(js * 2),
@@ -868,7 +1013,7 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
         gl.thread_barrier()
         mbarrier.arrive(bars.index(1 + KS + js), count=1)
     # the last tile: no look-ahead product (its tensor-core time would delay this P.V)
-    jl = n - 1
+    jl = g + n - 1
     js = jl % KS
     p16, alpha_o, m_i, l_i = _softmax_handoff(s_cur, jl, None, p_smem, x_smem,
                                               bars, m_i, l_i, scale_log2, mma_s, mma_o, PF,
@@ -878,28 +1023,24 @@ def _consumer0(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
     acc = warpgroup_mma_wait(0, deps=[tok])
     gl.thread_barrier()
     mbarrier.arrive(bars.index(1 + KS + js), count=1)
+    return acc, m_i, l_i
 
+
+@gluon.jit
+def _c0_denominators(m_i, l_i, sink_ptr, lse_ptr, t, stride_lt, hb, H, x_smem, bars,
+                     KS: gl.constexpr, row_s: gl.constexpr):  # fmt: skip
+    """Consumer 0's end of an item: the denominators with the sink (sink in the denominator
+    only) to consumer 1 (barrier PF + 4) and the lse to global memory; returns the
+    denominators."""
     oheads = hb * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_s)
     omask = oheads < H
-    if SPLIT:
-        # the slice's partial state for the combine kernel: (m, l) with m in natural-log
-        # units (the combine's), and acc, unnormalized
-        pidx = (t * H + oheads) * num_splits + gl.program_id(2)
-        gl.store(part_ml_ptr + pidx * 2, m_i * LN2, mask=omask)
-        gl.store(part_ml_ptr + pidx * 2 + 1, l_i, mask=omask)
-        _store_part(acc, part_o_ptr, t, H, hb, num_splits, 0, mma_o)
-    else:
-        # sink in the denominator only; the denominator to consumer 1
-        sink = gl.load(sink_ptr + oheads, mask=omask, other=0.0)
-        denom, lse = _sink_denom_lse(m_i, l_i, sink)
-        x_smem.index(2).store(denom)
-        gl.thread_barrier()
-        mbarrier.arrive(bars.index(PF + 4), count=1)
-        gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
-        # Q half 0 stages the output: this warpgroup's products have all completed
-        _store_out(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)), q_smem.index(0),
-                   out_ptr, t, stride_ot, stride_oh, hb, H, 0)  # fmt: skip
-    return (m_i,)
+    sink = gl.load(sink_ptr + oheads, mask=omask, other=0.0)
+    denom, lse = _sink_denom_lse(m_i, l_i, sink)
+    x_smem.index(2).store(denom)
+    gl.thread_barrier()
+    mbarrier.arrive(bars.index(_p_bars(KS) + 4), count=1)
+    gl.store(lse_ptr + t * stride_lt + oheads, lse, mask=omask)
+    return denom
 
 
 @gluon.jit
@@ -907,6 +1048,40 @@ def _rcp_approx(x):
     """rcp.approx.ftz.f32 (MUFU.RCP): the reciprocal inside div.full.f32's sequence."""
     return gl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x],
                                      dtype=gl.float32, is_pure=True, pack=1)  # fmt: skip
+
+
+@gluon.jit
+def _stage_bf16(acc, denom, stage):
+    """acc / denom (fp32 [64, 256] in the P.V accumulator's layout) as bf16 into `stage`
+    ([64, 256] bf16 shared memory), the division as `_store_out` states it."""
+    ad = gl.abs(denom)
+    c = gl.where(ad > 2.0**126, 0.25, gl.where(ad < 2.0**-126, 16777216.0, 1.0))
+    r = _rcp_approx(denom * c)
+    q = (acc * c[:, None]) * r[:, None]
+    stage.store(gl.where(denom[:, None] > 0.0, q, 0.0).to(gl.bfloat16))
+
+
+@gluon.jit
+def _store_out_tma(acc, denom, stage, out_desc, t, hb, col0: gl.constexpr):
+    """`_store_out` by one bulk tensor store: acc / denom as bf16 into `stage`, then the
+    [64, 256] block to output channels [col0, col0 + 256) of the item's heads through the
+    [T, H, D] descriptor `out_desc` (heads past H clipped by it); returns once the store has
+    read `stage` (every thread past a barrier), so `stage` may be written again."""
+    _stage_bf16(acc, denom, stage)
+    fence_async_shared()
+    gl.thread_barrier()
+    tma.async_copy_shared_to_global(out_desc, [t.to(gl.int32), hb * BLOCK_H, col0],
+                                    _as_box(stage))  # fmt: skip
+    tma.store_wait(0)
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _as_box(half):
+    """A [64, 256] bf16 Q or output half in shared memory as the [1, 64, 256] box of a
+    [T, H, D] tensor descriptor (the same bytes and swizzle)."""
+    lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([1, BLOCK_H, 256], gl.bfloat16)
+    return half._reinterpret(gl.bfloat16, [1, BLOCK_H, 256], lay)
 
 
 @gluon.jit
@@ -921,11 +1096,7 @@ def _store_out(acc, denom, stage, out_ptr, t, stride_ot, stride_oh, hb, H, col0)
     the accumulator layout's 4-byte stores (a warp's store: 8 heads x 16 B, 64 per thread;
     the program's last microseconds went to the store queue's throttle) into 16-byte stores of
     whole rows (16 per thread)."""
-    ad = gl.abs(denom)
-    c = gl.where(ad > 2.0**126, 0.25, gl.where(ad < 2.0**-126, 16777216.0, 1.0))
-    r = _rcp_approx(denom * c)
-    q = (acc * c[:, None]) * r[:, None]
-    stage.store(gl.where(denom[:, None] > 0.0, q, 0.0).to(gl.bfloat16))
+    _stage_bf16(acc, denom, stage)
     gl.thread_barrier()
     st_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
     o = stage.load(st_l)
@@ -944,6 +1115,42 @@ def _store_part(acc, part_o_ptr, t, H, hb, num_splits, C: gl.constexpr, mma_o: g
     pidx = (t * H + oheads) * num_splits + gl.program_id(2)
     ptrs = part_o_ptr + pidx[:, None] * D + C * 256 + oc[None, :]
     gl.store(ptrs, acc, mask=(oheads < H)[:, None])
+
+
+@gluon.jit
+def _c1_walk(g, j0, n, lo, n_w, raw_smem, scl_smem, k_smem, p_smem, x_smem, bars,
+             W_FMT: gl.constexpr, C_FMT: gl.constexpr, KS: gl.constexpr,
+             mma_o: gl.constexpr):  # fmt: skip
+    """Consumer 1's walk of one item's n tiles (the row's tiles lo .. lo + n - 1) on ring
+    indices g .. g + n - 1: in iteration j, half 1 of tile j + KS - 1's decode (before its
+    wait for P: the stage it fills was released by tile j - 1), then for tile j the rescale
+    and P.V over channels [256, 512); iterations from j0 (-(KS - 1): the item's first
+    KS - 1 decodes first; 0: they were done before). Returns the accumulator."""
+    row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
+    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    PF: gl.constexpr = _p_bars(KS)
+    LA: gl.constexpr = KS - 1
+    acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
+    for j in range(j0, n):
+        if j + LA < n:
+            _c1_decode(g + j + LA, lo - g, n_w, raw_smem, scl_smem, k_smem, bars, W_FMT, C_FMT,
+                       KS)  # fmt: skip
+        if j >= 0:
+            gj = g + j
+            js = gj % KS
+            ps = gj % 2
+            mbarrier.wait(bars.index(PF + ps), (gj // 2) & 1)
+            alpha = x_smem.index(ps).load(row_o)
+            # P into registers (no proxy fence on consumer 0's side; the same bits as P taken
+            # from shared memory by the wgmma, nineteenth session)
+            p = p_smem.index(ps).load(p_op)
+            tok = warpgroup_mma(p, k_smem.index(js * 2 + 1), acc * alpha[:, None],
+                                is_async=True)  # fmt: skip
+            acc = warpgroup_mma_wait(0, deps=[tok])
+            gl.thread_barrier()
+            mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
+            mbarrier.arrive(bars.index(1 + KS + js), count=1)
+    return acc
 
 
 @gluon.jit
@@ -983,6 +1190,9 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
         part_o_ptr,
         _part_ml_ptr,
         num_splits,
+        _n_rows,
+        _q_desc,
+        _out_desc,
     ) = a
     HAS_COMP: gl.constexpr = C_FMT != 3
     t = gl.program_id(0).to(gl.int64)
@@ -991,31 +1201,12 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
     )
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
-    p_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
     _swa_len, n_w, _comp_len, lo, n, _end = _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K,
                                                         num_splits, HAS_COMP, SPLIT)  # fmt: skip
     PF: gl.constexpr = _p_bars(KS)
-    acc = gl.zeros([BLOCK_H, 256], gl.float32, mma_o)
-    # half 1 of tiles 0 .. KS - 2 first; tile j + KS - 1 in iteration j, before its wait for
-    # P (the stage it fills was released by tile j - 1)
-    LA: gl.constexpr = KS - 1
-    for j in range(-LA, n):
-        if j + LA < n:
-            _c1_decode(j + LA, lo, n_w, raw_smem, scl_smem, k_smem, bars, W_FMT, C_FMT, KS)
-        if j >= 0:
-            js = j % KS
-            ps = j % 2
-            mbarrier.wait(bars.index(PF + ps), (j // 2) & 1)
-            alpha = x_smem.index(ps).load(row_o)
-            # P into registers (no proxy fence on consumer 0's side; the same bits as P taken
-            # from shared memory by the wgmma, nineteenth session)
-            p = p_smem.index(ps).load(p_op)
-            tok = warpgroup_mma(p, k_smem.index(js * 2 + 1), acc * alpha[:, None],
-                                is_async=True)  # fmt: skip
-            acc = warpgroup_mma_wait(0, deps=[tok])
-            gl.thread_barrier()
-            mbarrier.arrive(bars.index(PF + 2 + ps), count=1)
-            mbarrier.arrive(bars.index(1 + KS + js), count=1)
+    # half 1 of tiles 0 .. KS - 2 first
+    acc = _c1_walk(0, -(KS - 1), n, lo, n_w, raw_smem, scl_smem, k_smem, p_smem, x_smem, bars,
+                   W_FMT, C_FMT, KS, mma_o)  # fmt: skip
     if SPLIT:
         _store_part(acc, part_o_ptr, t, H, hb, num_splits, 1, mma_o)
     else:
@@ -1023,6 +1214,290 @@ def _consumer1(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbi
         denom = x_smem.index(2).load(row_o)
         # Q half 1 stages the output: consumer 0 sent the denominator after its last product
         _store_out(acc, denom, q_smem.index(1), out_ptr, t, stride_ot, stride_oh, hb, H, 256)
+
+
+# ---- persistent mode ---------------------------------------------------------------------
+# min(items, SMs) programs; program p takes the items p, p + P, ... (item w: row w % T, head
+# block w // T, the one-item grid's launch order). The raw slots, K stages and P buffers run on
+# across a program's items by ring index (an item's tiles take the indices after its
+# predecessor's), so the producer gathers and decodes the next item's first tiles, and
+# consumer 1 decodes half 1 of its first KS - 1, while the consumers finish the current one.
+# Each item's arithmetic is the one-item partitions': every row gets the same bits whatever
+# the grid.
+
+
+@gluon.jit
+def _item_rc(w, n_rows):
+    """(row int64, head block) of item w."""
+    return (w % n_rows).to(gl.int64), w // n_rows
+
+
+@gluon.jit
+def _producer_items(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbias_smem,
+                    p_smem, x_smem, bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr,
+                    KS: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
+    """`_producer` over the program's items: Q by cp.async for the first item only (consumer 0
+    loads the later items' Q by TMA); an item's first two gathers wait until consumer 1 has
+    loaded the ring slots' previous tiles; the next item's Q rows, slot-table rows and lengths
+    are prefetched into L2 at each item's start."""
+    (
+        q_ptr,
+        stride_qt,
+        stride_qh,
+        w_ptr,
+        w_page_stride,
+        w_page_size,
+        w_num_slots,
+        swa_ptr,
+        stride_swa_t,
+        swa_lens_ptr,
+        W,
+        c_ptr,
+        c_page_stride,
+        c_page_size,
+        c_num_slots,
+        comp_ptr,
+        stride_comp_t,
+        comp_lens_ptr,
+        K,
+        _sink_ptr,
+        _scale_log2,
+        _out_ptr,
+        _stride_ot,
+        _stride_oh,
+        _lse_ptr,
+        _stride_lt,
+        H,
+        _part_o_ptr,
+        _part_ml_ptr,
+        _num_splits,
+        n_rows,
+        _q_desc,
+        _out_desc,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    row_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    gl.static_assert(NRAW == 2, "an item's prologue fetches tiles 0 and 1, keeps tile 2's slots")
+    n_prog = gl.num_programs(0)
+    items = n_rows * gl.cdiv(H, BLOCK_H)
+    g = gl.program_id(0) * 0  # the item's first ring index
+    k = g  # the program's item count so far
+    for w in range(gl.program_id(0), items, n_prog):
+        t, hb = _item_rc(w, n_rows)
+        if k == 0:
+            _copy_q(q_smem, q_ptr, t, stride_qt, stride_qh, hb, H)
+        swa_row = swa_ptr + t * stride_swa_t
+        comp_row = comp_ptr + t * stride_comp_t
+        swa_len, n_w, comp_len, _lo, n, end, sl_0, ok_0, sl_1, ok_1, ws_n, cs_n = _first_tiles(
+            t, swa_row, comp_row, swa_lens_ptr, W, comp_lens_ptr, K, w_num_slots, c_num_slots,
+            HAS_COMP, row_l,
+        )  # fmt: skip
+        # ring indices g and g + 1: their slots are free once consumer 1 loaded g - 2, g - 1
+        for x in gl.static_range(NRAW):
+            mbarrier.wait(bars.index(_raw_loaded_bar(KS) + (g + x) % NRAW),
+                          (((g + x) // NRAW) & 1) ^ 1, pred=g + x >= NRAW)  # fmt: skip
+        _fetch(g, 0, n_w, sl_0, ok_0, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+        _fetch(g + 1, 1, n_w, sl_1, ok_1, raw_smem, scl_smem, meta_smem, w_ptr, w_page_stride,
+               w_page_size, c_ptr, c_page_stride, c_page_size, W_FMT, C_FMT)  # fmt: skip
+        if k == 0:
+            _publish_q(qbias_smem, bars)
+        if w + n_prog < items:
+            t2, hb2 = _item_rc(w + n_prog, n_rows)
+            _prefetch_item(q_ptr, stride_qt, stride_qh, swa_ptr, stride_swa_t, W, swa_lens_ptr,
+                           comp_ptr, stride_comp_t, K, comp_lens_ptr, t2, hb2, H,
+                           HAS_COMP)  # fmt: skip
+        _produce_tiles(g, 0, n, n_w, end, ws_n, cs_n, swa_row, swa_len, comp_row, comp_len,
+                       w_num_slots, c_num_slots, raw_smem, scl_smem, k_smem, meta_smem,
+                       kbias_smem, bars, w_ptr, w_page_stride, w_page_size, c_ptr,
+                       c_page_stride, c_page_size, W_FMT, C_FMT, KS, HAS_COMP,
+                       False)  # fmt: skip
+        g += n
+        k += 1
+    async_copy.wait_group(0)
+
+
+@gluon.jit
+def _consumer0_items(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbias_smem,
+                     p_smem, x_smem, bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr,
+                     KS: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
+    """`_consumer0` over the program's items. Its output half goes out by one bulk store
+    (`_store_out_tma`); then it loads the next item's Q by TMA: half 0 at once (its own store
+    has read it), half 1 once consumer 1's store has read that half (barrier Q free). The
+    next item's lengths are loaded at the item's start, used at its end."""
+    (
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
+        _w_ptr,
+        _w_page_stride,
+        _w_page_size,
+        _w_num_slots,
+        _swa_ptr,
+        _stride_swa_t,
+        swa_lens_ptr,
+        W,
+        _c_ptr,
+        _c_page_stride,
+        _c_page_size,
+        _c_num_slots,
+        _comp_ptr,
+        _stride_comp_t,
+        comp_lens_ptr,
+        K,
+        sink_ptr,
+        scale_log2,
+        _out_ptr,
+        _stride_ot,
+        _stride_oh,
+        lse_ptr,
+        stride_lt,
+        H,
+        _part_o_ptr,
+        _part_ml_ptr,
+        _num_splits,
+        n_rows,
+        q_desc,
+        out_desc,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
+    )
+    row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
+    n_prog = gl.num_programs(0)
+    items = n_rows * gl.cdiv(H, BLOCK_H)
+    g = gl.program_id(0) * 0
+    k = g
+    t0, _hb0 = _item_rc(gl.program_id(0), n_rows)
+    _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(
+        t0, swa_lens_ptr, W, comp_lens_ptr, K, 1, HAS_COMP, False
+    )
+    for w in range(gl.program_id(0), items, n_prog):
+        t, hb = _item_rc(w, n_rows)
+        has_next = w + n_prog < items
+        t2, hb2 = _item_rc(gl.minimum(w + n_prog, items - 1), n_rows)
+        sw2, cl2 = _raw_lengths(t2, swa_lens_ptr, comp_lens_ptr, HAS_COMP)
+        if k == 0:
+            mbarrier.wait(bars.index(0), 0)
+        else:
+            mbarrier.wait(bars.index(_qtma_bar(KS)), (k - 1) & 1)
+        acc, m_i, l_i = _c0_walk(q_smem, k_smem, qbias_smem, kbias_smem, p_smem, x_smem, bars,
+                                 g, n, scale_log2, KS, mma_s, mma_o)  # fmt: skip
+        denom = _c0_denominators(m_i, l_i, sink_ptr, lse_ptr, t, stride_lt, hb, H, x_smem, bars,
+                                 KS, row_s)  # fmt: skip
+        _store_out_tma(acc, gl.convert_layout(denom, gl.SliceLayout(1, mma_o)),
+                       q_smem.index(0), out_desc, t, hb, 0)  # fmt: skip
+        # the next item's Q: rows t2 H + hb2 64 .. + 64 of the [T H, D] descriptor (past a
+        # row's H heads the next row's heads, whose outputs are never stored). Two blocks: the
+        # measured code (twenty-seventh session's lab; offline, one block drops the proxy
+        # fence before half 1's load and compiles to other code)
+        if has_next:
+            mbarrier.expect(bars.index(_qtma_bar(KS)), 2 * BLOCK_H * 256 * 2)
+            tma.async_copy_global_to_shared(
+                q_desc,
+                [t2.to(gl.int32) * H + hb2 * BLOCK_H, 0],
+                bars.index(_qtma_bar(KS)),
+                q_smem.index(0),
+            )
+        if has_next:
+            mbarrier.wait(bars.index(_qfree_bar(KS)), k & 1)
+            tma.async_copy_global_to_shared(
+                q_desc,
+                [t2.to(gl.int32) * H + hb2 * BLOCK_H, 256],
+                bars.index(_qtma_bar(KS)),
+                q_smem.index(1),
+            )
+        g += n
+        k += 1
+        _swa_len2, _n_w2, _comp_len2, total2 = _row_tiles(sw2, cl2, W, K)
+        n = gl.maximum(total2, 1)
+
+
+@gluon.jit
+def _consumer1_items(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem, qbias_smem,
+                     p_smem, x_smem, bars, W_FMT: gl.constexpr, C_FMT: gl.constexpr,
+                     KS: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
+    """`_consumer1` over the program's items. Its output half goes out by one bulk store from
+    Q half 1, which is then free for the next item's Q (barrier Q free); before its next
+    item's first P it decodes half 1 of that item's first KS - 1 tiles."""
+    (
+        _q_ptr,
+        _stride_qt,
+        _stride_qh,
+        _w_ptr,
+        _w_page_stride,
+        _w_page_size,
+        _w_num_slots,
+        _swa_ptr,
+        _stride_swa_t,
+        swa_lens_ptr,
+        W,
+        _c_ptr,
+        _c_page_stride,
+        _c_page_size,
+        _c_num_slots,
+        _comp_ptr,
+        _stride_comp_t,
+        comp_lens_ptr,
+        K,
+        _sink_ptr,
+        _scale_log2,
+        _out_ptr,
+        _stride_ot,
+        _stride_oh,
+        _lse_ptr,
+        _stride_lt,
+        H,
+        _part_o_ptr,
+        _part_ml_ptr,
+        _num_splits,
+        n_rows,
+        _q_desc,
+        out_desc,
+    ) = a
+    HAS_COMP: gl.constexpr = C_FMT != 3
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 256, 16]
+    )
+    row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
+    PF: gl.constexpr = _p_bars(KS)
+    LA: gl.constexpr = KS - 1
+    n_prog = gl.num_programs(0)
+    items = n_rows * gl.cdiv(H, BLOCK_H)
+    g = gl.program_id(0) * 0
+    k = g
+    t0, _hb0 = _item_rc(gl.program_id(0), n_rows)
+    _swa_len, n_w, _comp_len, _lo, n, _end = _row_lengths(
+        t0, swa_lens_ptr, W, comp_lens_ptr, K, 1, HAS_COMP, False
+    )
+    for w in range(gl.program_id(0), items, n_prog):
+        t, hb = _item_rc(w, n_rows)
+        has_next = w + n_prog < items
+        t2, _hb2 = _item_rc(gl.minimum(w + n_prog, items - 1), n_rows)
+        sw2, cl2 = _raw_lengths(t2, swa_lens_ptr, comp_lens_ptr, HAS_COMP)
+        # the first item decodes its first LA tiles first; a later item's were decoded at the
+        # previous item's end
+        acc = _c1_walk(g, gl.where(k == 0, -LA, 0), n, 0, n_w, raw_smem, scl_smem, k_smem,
+                       p_smem, x_smem, bars, W_FMT, C_FMT, KS, mma_o)  # fmt: skip
+        mbarrier.wait(bars.index(PF + 4), k & 1)
+        denom = x_smem.index(2).load(row_o)
+        _store_out_tma(acc, denom, q_smem.index(1), out_desc, t, hb, 256)
+        mbarrier.arrive(bars.index(_qfree_bar(KS)), count=1)
+        _swa_len2, n_w2, _comp_len2, total2 = _row_tiles(sw2, cl2, W, K)
+        n2 = gl.maximum(total2, 1)
+        if has_next:
+            for x in gl.static_range(LA):
+                if x < n2:
+                    _c1_decode(g + n + x, -(g + n), n_w2, raw_smem, scl_smem, k_smem, bars,
+                               W_FMT, C_FMT, KS)  # fmt: skip
+        g += n
+        k += 1
+        n = n2
+        n_w = n_w2
 
 
 @gluon.jit
@@ -1037,7 +1512,9 @@ def _gluon_sparse_attn_kernel(
     out_ptr, stride_ot, stride_oh, lse_ptr, stride_lt,  # bf16 out
     H,
     part_o_ptr, part_ml_ptr, num_splits,  # SPLIT: fp32 [T, H, splits, D], [T, H, splits, 2]
-    W_FMT: gl.constexpr, C_FMT: gl.constexpr, SPLIT: gl.constexpr, GDC: gl.constexpr = False,
+    n_rows, q_desc, out_desc,  # PERSISTENT: T; bf16 Q as [T H, D], the output as [T, H, D]
+    W_FMT: gl.constexpr, C_FMT: gl.constexpr, SPLIT: gl.constexpr,
+    PERSISTENT: gl.constexpr = False, GDC: gl.constexpr = False,
 ):  # fmt: skip
     gluon_enter_dependent(GDC)
     KS: gl.constexpr = _kstages(W_FMT, C_FMT)
@@ -1065,10 +1542,11 @@ def _gluon_sparse_attn_kernel(
     # barriers: 0 Q stored; 1 + s K stage s filled; 1 + KS + s stage s released (2 arrivals);
     # PF + b P buffer b filled; PF + 2 + b P buffer b consumed; PF + 4 denominator stored;
     # PF + 5 + r raw slot r landed (producer); PF + 5 + NRAW + r raw slot r's half 1 loaded
-    # (consumer 1). A K stage is filled by two arrivals: the producer's half 0, consumer 1's
-    # half 1.
+    # (consumer 1); PERSISTENT: then Q free (consumer 1's output store has read Q half 1) and a
+    # later item's Q landed (TMA). A K stage is filled by two arrivals: the producer's half 0,
+    # consumer 1's half 1.
     PF: gl.constexpr = _p_bars(KS)
-    NB: gl.constexpr = _raw_loaded_bar(KS) + NRAW
+    NB: gl.constexpr = _qtma_bar(KS) + 1 if PERSISTENT else _raw_loaded_bar(KS) + NRAW
     bars = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bars.index(0), count=1)
     for b in gl.static_range(1, PF):
@@ -1087,70 +1565,26 @@ def _gluon_sparse_attn_kernel(
     a = (q_ptr, stride_qt, stride_qh, w_ptr, w_page_stride, w_ps, w_num_slots, swa_ptr,
          stride_swa_t, swa_lens_ptr, W, c_ptr, c_page_stride, c_ps, c_num_slots,
          comp_ptr, stride_comp_t, comp_lens_ptr, K, sink_ptr, scale_log2, out_ptr, stride_ot,
-         stride_oh, lse_ptr, stride_lt, H, part_o_ptr, part_ml_ptr, num_splits)  # fmt: skip
-    gl.warp_specialize(
-        [
-            (
-                _consumer0,
-                (
-                    a,
-                    q_smem,
-                    k_smem,
-                    raw_smem,
-                    scl_smem,
-                    meta_smem,
-                    kbias_smem,
-                    qbias_smem,
-                    p_smem,
-                    x_smem,
-                    bars,
-                    W_FMT,
-                    C_FMT,
-                    KS,
-                    SPLIT,
-                ),
-            ),
-            (
-                _consumer1,
-                (
-                    a,
-                    q_smem,
-                    k_smem,
-                    raw_smem,
-                    scl_smem,
-                    meta_smem,
-                    kbias_smem,
-                    qbias_smem,
-                    p_smem,
-                    x_smem,
-                    bars,
-                    W_FMT,
-                    C_FMT,
-                    KS,
-                    SPLIT,
-                ),
-            ),
-            (
-                _producer,
-                (
-                    a,
-                    q_smem,
-                    k_smem,
-                    raw_smem,
-                    scl_smem,
-                    meta_smem,
-                    kbias_smem,
-                    qbias_smem,
-                    p_smem,
-                    x_smem,
-                    bars,
-                    W_FMT,
-                    C_FMT,
-                    KS,
-                    SPLIT,
-                ),
-            ),
-        ],
-        [4, 4],
-        [C1_REGS, PRODUCER_REGS],
-    )
+         stride_oh, lse_ptr, stride_lt, H, part_o_ptr, part_ml_ptr, num_splits, n_rows, q_desc,
+         out_desc)  # fmt: skip
+    # partitions: consumer 0 (the default, 4 warps), consumer 1 and the producer (4 warps each);
+    # their arguments are spelled out in each tuple (a tuple held in a variable loses its
+    # constexprs)
+    if PERSISTENT:
+        gl.warp_specialize([
+            (_consumer0_items, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem,
+                                qbias_smem, p_smem, x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+            (_consumer1_items, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem,
+                                qbias_smem, p_smem, x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+            (_producer_items, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem,
+                               qbias_smem, p_smem, x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+        ], [4, 4], [C1_REGS, PRODUCER_REGS])  # fmt: skip
+    else:
+        gl.warp_specialize([
+            (_consumer0, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem,
+                          qbias_smem, p_smem, x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+            (_consumer1, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem,
+                          qbias_smem, p_smem, x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+            (_producer, (a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_smem,
+                         qbias_smem, p_smem, x_smem, bars, W_FMT, C_FMT, KS, SPLIT)),
+        ], [4, 4], [C1_REGS, PRODUCER_REGS])  # fmt: skip

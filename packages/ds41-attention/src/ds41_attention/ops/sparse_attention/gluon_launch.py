@@ -33,7 +33,8 @@ def gluon_supported(q: torch.Tensor) -> bool:
     The tile configuration is fixed (64 heads x 32 keys per tile, one producer and two
     consumer warpgroups, 3 K stages, 2 for bf16 records); it depends on nothing but (H, D)
     and the cache formats, never on the batch, like the Triton kernel's. The invariant path's
-    pair kernel (`use_pair_kernel`, chosen by the batch) gives a row the same bits.
+    pair kernel (`use_pair_kernel`) and persistent grid (`persistent_programs`), both chosen
+    by the batch, give a row the same bits.
     """
     from ds41_cache.backend import interpreter_active
 
@@ -56,6 +57,29 @@ def plan_gluon_splits(num_rows: int, head_blocks: int, max_tiles: int, num_sms: 
     split count from T = 4 to 128 rows; more slices than SMs (a second wave) lose."""
     programs = max(1, num_rows * head_blocks)
     return int(max(1, min(num_sms // programs, max(1, max_tiles), GLUON_MAX_SPLITS)))
+
+
+def persistent_programs(num_rows: int, head_blocks: int, splits: int, num_sms: int) -> int:
+    """Programs of the invariant kernel's persistent grid, or 0 for the one-item grid (a
+    program per (row, head block)). Persistent once the items (rows x head blocks) outnumber
+    the SMs: one program an SM walks items p, p + SMs, ..., overlapping an item's end with the
+    next one's start (H200, twenty-eighth session: 0.953-0.958 of the one-item grid's time at
+    T = 1024 / 4096); within one wave it would only add its bookkeeping (1.026-1.034 at
+    T = 67..132). Split mode (the fast path) keeps the one-item grid. A row's bits are the same
+    either way (each item's arithmetic is the one-item kernel's)."""
+    if splits != 1 or num_rows * head_blocks <= num_sms:
+        return 0
+    return num_sms
+
+
+def _q_rows(q: torch.Tensor) -> torch.Tensor:
+    """q (bf16 [T, H, D], unit channel stride) as the [T H, D] matrix the persistent kernel's
+    TMA descriptor reads: a view where q's head rows are evenly spaced at a 16-byte multiple
+    from a 16-byte aligned start, else a contiguous copy."""
+    t_rows, h, d = q.shape
+    if q.stride(0) != h * q.stride(1) or q.stride(1) % 8 or q.data_ptr() % 16:
+        q = q.contiguous()
+    return q.as_strided((t_rows * h, d), (q.stride(1), 1))
 
 
 def kernel_args(
@@ -113,10 +137,13 @@ def launch_with(
     splits: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch a Gluon kernel with the signature of `_gluon_sparse_attn_kernel`; grid (T, head
-    blocks of 64, splits), `options` extra launch options. `splits` > 1: each program takes a
+    blocks of 64, splits), or `persistent_programs` programs once the items outnumber the SMs
+    (invariant mode); `options` extra launch options. `splits` > 1: each program takes a
     contiguous slice of its row's tiles, writes fp32 partials, and the Triton combine kernel
     merges them (the fast path; not batch invariant: the slices follow the split count)."""
-    from .gluon_kernels import GLUON_BLOCK_H, GLUON_D, GLUON_NUM_WARPS
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from .gluon_kernels import GLUON_BLOCK_H, GLUON_D, GLUON_NUM_WARPS, tma_box_layouts
 
     t_rows, h, d = q.shape
     device = q.device
@@ -133,9 +160,23 @@ def launch_with(
         part_ml = empty((t_rows, h, splits, 2), torch.float32, device)
     else:
         part_o, part_ml = lse, lse  # unused placeholders
-    kernel[(t_rows, head_blocks, splits)](
-        *args, part_o, part_ml, splits, **fmts, SPLIT=split, num_warps=GLUON_NUM_WARPS, **options
-    )
+    programs = persistent_programs(t_rows, head_blocks, splits, _num_sms(device.index))
+    if programs:
+        # Q as [T H, D] in [64, 256] boxes (a later item's Q; past a row's H heads the box reads
+        # the next row's, whose outputs are never stored), the output as [T, H, D] in [1, 64,
+        # 256] boxes (heads past H clipped)
+        q_box, out_box = tma_box_layouts()
+        q_desc = TensorDescriptor.from_tensor(_q_rows(args[0]), [GLUON_BLOCK_H, 256], q_box)
+        out_desc = TensorDescriptor.from_tensor(out, [1, GLUON_BLOCK_H, 256], out_box)
+        kernel[(programs,)](
+            *args, part_o, part_ml, splits, t_rows, q_desc, out_desc, **fmts, SPLIT=False,
+            PERSISTENT=True, num_warps=GLUON_NUM_WARPS, **options,
+        )  # fmt: skip
+    else:
+        kernel[(t_rows, head_blocks, splits)](
+            *args, part_o, part_ml, splits, t_rows, None, None, **fmts, SPLIT=split,
+            num_warps=GLUON_NUM_WARPS, **options,
+        )  # fmt: skip
     if split:
         _combine_kernel[(t_rows, h)](
             part_o, part_ml, splits, sink,
@@ -328,7 +369,8 @@ def launch_gluon_sparse_attention(
     caller); `gluon_supported(q)` must hold. Slots outside [0, num_slots) and lengths outside
     [0, W] / [0, K] never make the kernel read out of bounds (such keys are skipped).
     `pair`: None picks the pair kernel (two CTAs a row) by `use_pair_kernel` (unless the
-    environment sets DS41_PAIR=0) and the one-CTA kernel otherwise (the same bits either way),
+    environment sets DS41_PAIR=0) and the one-CTA kernel otherwise (the same bits either way;
+    past one wave the one-CTA kernel runs persistent programs, `persistent_programs`),
     falling back to the one-CTA kernel with a warning where the pair kernel fails its compile
     checks; True / False forces one of them (True raises `PairKernelUnavailable` there).
     """
