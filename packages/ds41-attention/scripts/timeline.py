@@ -1,8 +1,12 @@
 """Issue 11, twenty-seventh session: where a one-CTA program's time goes, by `%globaltimer`.
 
-Builds a lab copy of the production one-CTA Gluon kernel (`ops/sparse_attention/gluon_kernels.py`,
-edited as text at import, so it follows the production source; same arithmetic) that writes
-`%globaltimer` stamps per program and the SM it ran on:
+Builds a lab copy of the one-CTA Gluon kernel (`ops/sparse_attention/gluon_kernels.py` as of
+commit BASE, edited as text at import; same arithmetic) that writes `%globaltimer` stamps per
+program and the SM it ran on. BASE is the last production kernel the stamps' anchors fit: from
+the twenty-eighth session production runs a persistent grid past one wave, and its one-item
+grid, refactored around walks shared with the persistent partitions, compiles to BASE's SASS
+(offline, but for the parameter offsets). The lab kernel is launched by BASE's own launcher
+(`lab_tree.sh DEST --base BASE`; run from a clone: the copy is read with git):
 
     k_start   the kernel's first statement after the dependent-launch wait (default warps)
     p_start   the producer partition's start
@@ -25,15 +29,16 @@ edited as text at import, so it follows the production source; same arithmetic) 
 
 On the H200 (`--run`) it launches the lab kernel at the given row counts (invariant mode,
 mxfp8 window + nvfp4 compressed, `bench.make_problem` inputs), checks its outputs bitwise
-against the production one-CTA kernel's, times both by CUDA-graph replay with the launch
-hidden, and prints per program span medians (10th and 90th percentiles in brackets), the
-turnover between programs on an SM (one's last stamp to the next one's k_start), the cycle (one
-k_start to the next on the SM) and each SM's busy fraction. `--patch` stamps a lab patch under
-scripts/lab/ instead, with the patches it is a step on (`lab_tree.sh`); its bits are checked
-against production's too; a persistent lab kernel (`lab/persistent_items_s27*.patch`) is stamped
-per item (`lab_source_items`), except the TMA ones (`_tma_q`, `_tma_qo`), whose launches take
-tensor descriptors the stamped launch does not pass. `--compile` compiles the lab kernel for
-sm_90a offline (no GPU) and prints ptxas's registers and spills.
+against the production kernel's (past one wave its persistent grid), times both by CUDA-graph
+replay with the launch hidden, and prints per program span medians (10th and 90th percentiles
+in brackets), the turnover between programs on an SM (one's last stamp to the next one's
+k_start), the cycle (one k_start to the next on the SM) and each SM's busy fraction. `--patch`
+stamps a lab patch under scripts/lab/ instead, with the patches it is a step on, applied to the
+first one's `Base:` commit (`lab_tree.sh`) and launched by that copy's launcher; its bits are
+checked against production's too; a persistent lab kernel (`lab/persistent_items_s27*.patch`)
+is stamped per item (`lab_source_items`), except the TMA ones (`_tma_q`, `_tma_qo`), whose
+launches take tensor descriptors the stamped launch does not pass. `--compile` compiles the lab
+kernel for sm_90a offline (no GPU) and prints ptxas's registers and spills.
 
     python packages/ds41-attention/scripts/timeline.py --compile
     python packages/ds41-attention/scripts/timeline.py --run [--rows 132,1024,4096] [--json F]
@@ -121,18 +126,31 @@ def _edit(src: str, old: str, new: str, count: int = 1) -> str:
     return src.replace(old, new)
 
 
-def production_source() -> str:
-    """The text of the production one-CTA Gluon kernel's module."""
-    from ds41_attention.ops.sparse_attention import gluon_kernels
+BASE = "33216ad"
+"""The commit whose one-CTA kernel the stamps' anchors fit (the last before the persistent grid)."""
 
-    with open(gluon_kernels.__file__) as f:
+COPY = "ds41_attention_timeline"
+
+
+def package_copy(patch: str | None) -> str:
+    """A copy of the attention package as of BASE, or with a lab patch's chain applied
+    (`lab_tree.sh`), importable as COPY; returns its directory."""
+    parent = tempfile.mkdtemp(prefix="ds41_attn_timeline_")
+    dest = os.path.join(parent, COPY)
+    args = [os.path.basename(patch).removesuffix(".patch")] if patch else ["--base", BASE]
+    subprocess.run(["bash", os.path.join(HERE, "lab_tree.sh"), dest, *args], check=True)
+    sys.path.insert(0, parent)
+    return dest
+
+
+def copy_source(dest: str) -> str:
+    """The text of a package copy's Gluon kernel module."""
+    with open(os.path.join(dest, "ops", "sparse_attention", "gluon_kernels.py")) as f:
         return f.read()
 
 
-def lab_source(src: str | None = None) -> str:
-    """The production kernel's source (or `src`, an edited copy of it) with the stamps."""
-    if src is None:
-        src = production_source()
+def lab_source(src: str) -> str:
+    """A one-CTA kernel module's source (BASE's or a lab patch's) with the stamps."""
     if "def _producer_items(" in src:
         return lab_source_items(src)
     s = STAMPS.index
@@ -308,19 +326,7 @@ def lab_source_items(src: str) -> str:
             "        g += n\n        k += 1\n" + tail)  # fmt: skip
 
 
-def patched_source(patch_file: str) -> str:
-    """The production kernel's source with a lab patch under scripts/lab/ applied, after the
-    patches it is a step on (`lab_tree.sh` builds the patched package copy)."""
-    name = os.path.basename(patch_file).removesuffix(".patch")
-    dest = os.path.join(tempfile.mkdtemp(prefix="ds41_attn_patch_"), "ds41_attention")
-    subprocess.run(["bash", os.path.join(HERE, "lab_tree.sh"), dest, name], check=True)
-    with open(os.path.join(dest, "ops", "sparse_attention", "gluon_kernels.py")) as f:
-        return f.read()
-
-
-def lab_module(
-    src: str | None = None, name: str = "attn_timeline_kernels"
-) -> tuple[ModuleType, str]:
+def lab_module(src: str, name: str = "attn_timeline_kernels") -> tuple[ModuleType, str]:
     """The module of `lab_source(src)` written to a temporary file."""
     path = os.path.join(tempfile.mkdtemp(prefix="ds41_attn_timeline_"), name + ".py")
     with open(path, "w") as f:
@@ -333,7 +339,7 @@ def lab_module(
     return mod, path
 
 
-def compile_offline(src: str | None) -> None:
+def compile_offline(src: str) -> None:
     sys.path.insert(0, HERE)
     import ptxas_report
 
@@ -419,16 +425,18 @@ def _fmt3(v: Any) -> str:
     return "-" if v is None else f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
 
 
-def run(rows: tuple[int, ...], reps: int, json_path: str | None, src: str | None) -> None:
+def run(rows: tuple[int, ...], reps: int, json_path: str | None, src: str) -> None:
+    import importlib
+
     import torch
 
     from ds41_attention import bench as attn_bench
     from ds41_attention.bench import FLASH, make_problem, time_graph
-    from ds41_attention.ops.sparse_attention.gluon_launch import (
-        launch_gluon_sparse_attention,
-        launch_with,
-    )
+    from ds41_attention.ops.sparse_attention.gluon_launch import launch_gluon_sparse_attention
     from ds41_cache.ops.launch import dependent_launch
+
+    # the copy's own launcher: its kernel's signature
+    launch_with = importlib.import_module(COPY + ".ops.sparse_attention.gluon_launch").launch_with
 
     mod, _path = lab_module(src)
     attn_bench.LAUNCH_HIDDEN = True
@@ -487,7 +495,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--patch", default=None, help="a lab patch of the kernel to stamp instead")
     a = ap.parse_args()
-    src = patched_source(a.patch) if a.patch else None
+    src = copy_source(package_copy(a.patch))
     if a.compile:
         compile_offline(src)
     if a.run:
