@@ -3,6 +3,8 @@
 # tree) against main before it (33216ad, a copy of its package carried as
 # .dev_ab/ds41_attention_old): graph-replay times from one wave to 31 in one process, then the
 # attention package's gpu suite, then bits of both trees on four format pairs.
+# The tree it ran is 48f92ad with persistent_one_q_block.patch (lab_tree.sh rebuilds it);
+# .dev_ab/ds41_attention_old was `lab_tree.sh .dev_ab/ds41_attention_old --base 33216ad`.
 # Carry [".whl", ".dev_ab"].
 set -u
 source scripts/device_env.sh

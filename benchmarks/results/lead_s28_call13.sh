@@ -5,6 +5,8 @@
 # (2) the attention suite's persistent-grid, graph and invariance tests on the final tree;
 # (3) the runner and integration gpu suites; (4) the closing table (`ds41_attention.bench`,
 # the Gluon kernel beside the Triton one), default timing and launch hidden.
+# .dev_ab was built with packages/ds41-attention/scripts/lab_tree.sh: ds41_attention_old
+# `--base 33216ad`, ds41_attention_merged `persistent_one_q_block` (on 48f92ad, the final tree).
 # Carry [".whl", ".dev_ab"].
 set -u
 source scripts/device_env.sh

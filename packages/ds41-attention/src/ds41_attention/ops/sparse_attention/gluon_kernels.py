@@ -2,10 +2,11 @@
 """Hopper (sm_90a) Gluon kernel of SPEC section 8: the batch-invariant path (and, in split
 mode, the fast path), warp specialized.
 
-Contract (as the Triton kernel's): one program per (row, head block of 64) walks that row's
-keys in the fixed order (window ascending, then compressed ascending) in tiles of BLOCK_N = 32,
-no split over keys, configuration fixed for (H, D); records are decoded in the kernel (no
-gathered bf16 copy); a row's bits do not depend on the other rows.
+Contract (as the Triton kernel's): each (row, head block of 64) is walked by one program, in
+the fixed order of its keys (window ascending, then compressed ascending) in tiles of
+BLOCK_N = 32, no split over keys, configuration fixed for (H, D) (in persistent mode a program
+walks several of them one after another, each with the same arithmetic); records are decoded
+in the kernel (no gathered bf16 copy); a row's bits do not depend on the other rows.
 
 Structure (after FlashMLA's sm90 sparse kernels, written for this layout; three warpgroups,
 `gl.warp_specialize`, registers re-balanced to 208 / 184 / 112). The decode of a tile is
@@ -75,9 +76,9 @@ copies (the ring's next slots are the next item's). Each consumer stores its out
 one bulk tensor store (TMA, [T, H, D] descriptor, heads past H clipped) from the Q half it no
 longer reads; consumer 0 then loads the next item's Q by TMA, half 0 at once and half 1 once
 consumer 1's store has read it (Q-free barrier). The next item's lengths are loaded at an
-item's start and used at its end. Measured on the H200 (twenty-seventh and twenty-eighth
-sessions): at T = 1024 / 4096 0.950-0.958 of the one-item grid's time (280.6-283.1 us =
-303-306 TFLOP/s at T = 1024); within one wave 1.026-1.034 (its bookkeeping, nothing to
+item's start and used at its end. Measured on the H200 (twenty-eighth session): 0.942-0.952
+of the one-item grid's time at T = 1024 (282.8-283.7 us = 302.8-303.8 TFLOP/s), 0.933-0.947
+at 2112 / 4096; within one wave the lab kernel took 1.026-1.034 (its bookkeeping, nothing to
 overlap), hence the launcher's rule. The one-item, split and pair kernels compile to the SASS
 they had before this mode existed (offline, but for the parameter offsets).
 

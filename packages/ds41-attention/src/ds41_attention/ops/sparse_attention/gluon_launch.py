@@ -63,10 +63,11 @@ def persistent_programs(num_rows: int, head_blocks: int, splits: int, num_sms: i
     """Programs of the invariant kernel's persistent grid, or 0 for the one-item grid (a
     program per (row, head block)). Persistent once the items (rows x head blocks) outnumber
     the SMs: one program an SM walks items p, p + SMs, ..., overlapping an item's end with the
-    next one's start (H200, twenty-eighth session: 0.953-0.958 of the one-item grid's time at
-    T = 1024 / 4096); within one wave it would only add its bookkeeping (1.026-1.034 at
-    T = 67..132). Split mode (the fast path) keeps the one-item grid. A row's bits are the same
-    either way (each item's arithmetic is the one-item kernel's)."""
+    next one's start (H200, twenty-eighth session: 0.942-0.952 of the one-item grid's time at
+    T = 1024, 0.933-0.947 at 2112 / 4096); within one wave it would only add its bookkeeping
+    (the lab kernel: 1.026-1.034 at T = 67..132). Split mode (the fast path) keeps the
+    one-item grid. A row's bits are the same either way (each item's arithmetic is the
+    one-item kernel's)."""
     if splits != 1 or num_rows * head_blocks <= num_sms:
         return 0
     return num_sms
