@@ -560,6 +560,14 @@ def _row_tiles(sw, cl, W, K):
 
 
 @gluon.jit
+def _item_tiles(sw, cl, W, K):
+    """(window tiles, tile count) of an item in invariant mode from its row's `_raw_lengths`:
+    at least one (all-masked) tile, as `_row_lengths` gives it."""
+    _swa_len, n_w, _comp_len, total = _row_tiles(sw, cl, W, K)
+    return n_w, gl.maximum(total, 1)
+
+
+@gluon.jit
 def _row_lengths(t, swa_lens_ptr, W, comp_lens_ptr, K, num_splits, HAS_COMP: gl.constexpr,
                  SPLIT: gl.constexpr):  # fmt: skip
     """(window length, window tiles, compressed length, first tile, tile count, end tile) of
@@ -1374,9 +1382,8 @@ def _consumer0_items(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_sme
     g = gl.program_id(0) * 0
     k = g
     t0, _hb0 = _item_rc(gl.program_id(0), n_rows)
-    _swa_len, _n_w, _comp_len, _lo, n, _end = _row_lengths(
-        t0, swa_lens_ptr, W, comp_lens_ptr, K, 1, HAS_COMP, False
-    )
+    sw0, cl0 = _raw_lengths(t0, swa_lens_ptr, comp_lens_ptr, HAS_COMP)
+    _n_w, n = _item_tiles(sw0, cl0, W, K)
     for w in range(gl.program_id(0), items, n_prog):
         t, hb = _item_rc(w, n_rows)
         has_next = w + n_prog < items
@@ -1414,8 +1421,7 @@ def _consumer0_items(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_sme
             )
         g += n
         k += 1
-        _swa_len2, _n_w2, _comp_len2, total2 = _row_tiles(sw2, cl2, W, K)
-        n = gl.maximum(total2, 1)
+        _n_w2, n = _item_tiles(sw2, cl2, W, K)
 
 
 @gluon.jit
@@ -1472,9 +1478,8 @@ def _consumer1_items(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_sme
     g = gl.program_id(0) * 0
     k = g
     t0, _hb0 = _item_rc(gl.program_id(0), n_rows)
-    _swa_len, n_w, _comp_len, _lo, n, _end = _row_lengths(
-        t0, swa_lens_ptr, W, comp_lens_ptr, K, 1, HAS_COMP, False
-    )
+    sw0, cl0 = _raw_lengths(t0, swa_lens_ptr, comp_lens_ptr, HAS_COMP)
+    n_w, n = _item_tiles(sw0, cl0, W, K)
     for w in range(gl.program_id(0), items, n_prog):
         t, hb = _item_rc(w, n_rows)
         has_next = w + n_prog < items
@@ -1488,8 +1493,7 @@ def _consumer1_items(a, q_smem, k_smem, raw_smem, scl_smem, meta_smem, kbias_sme
         denom = x_smem.index(2).load(row_o)
         _store_out_tma(acc, denom, q_smem.index(1), out_desc, t, hb, 256)
         mbarrier.arrive(bars.index(_qfree_bar(KS)), count=1)
-        _swa_len2, n_w2, _comp_len2, total2 = _row_tiles(sw2, cl2, W, K)
-        n2 = gl.maximum(total2, 1)
+        n_w2, n2 = _item_tiles(sw2, cl2, W, K)
         if has_next:
             for x in gl.static_range(LA):
                 if x < n2:
